@@ -1,0 +1,1 @@
+"""agentrl: train tool-using LLM agents with RL as a reproducible pipeline."""

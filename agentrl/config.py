@@ -1,0 +1,204 @@
+"""Typed, strict configuration: one pydantic model per ``params.yaml`` section.
+
+Every stage loads its parameters only through :func:`load_params`. Unknown keys and wrong
+types are errors; :class:`ConfigError` carries one message naming the file, the dotted key
+and the problem, and stage entry points turn it into exit code 2 before writing anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+# Families built into agentrl; plugins add theirs through ``synth.envs``.
+BUILTIN_FAMILIES = ("calculator", "knowledge_base", "doc_search", "store", "convert", "compose")
+SPLITS = ("midtrain", "sft", "rl", "test", "heldout_tools", "heldout_compose", "long_horizon")
+TRAIN_SPLITS = ("midtrain", "sft", "rl")
+EVAL_SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
+
+
+class ConfigError(Exception):
+    """Bad parameters: the message names the file, the dotted key and the problem."""
+
+
+class Strict(BaseModel):
+    """Base of every params section: frozen, unknown keys forbidden, no type coercion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Paths(Strict):
+    data: str = "data"
+    models: str = "models"
+    metrics: str = "metrics"
+    plots: str = "plots"
+    reports: str = "reports"
+    checkpoints: str = "checkpoints"
+
+
+class BaseSection(Strict):
+    seed: int = Field(0, description="Root seed; every random draw of every stage derives from it.")
+    paths: Paths = Paths()
+
+
+class TrackingSection(Strict):
+    experiment: str = Field("agentrl", min_length=1, description="MLflow experiment name.")
+    uri: str | None = Field(
+        None,
+        description="MLflow tracking URI. None: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db "
+        "at the repository root.",
+    )
+    log_samples: int = Field(8, ge=0, description="Samples per split logged as an artifact.")
+
+
+IntRange = Annotated[tuple[int, int], Field(description="Inclusive [low, high] range.")]
+
+
+class Difficulty(Strict):
+    """Difficulty knobs; each is an inclusive range a task draws from.
+
+    hops: knowledge-base relations chained (multi-hop QA, HotpotQA-style).
+    ops: arithmetic operations chained (calculator, compose).
+    horizon: state-changing operations (store) or conversions (convert).
+    num_tools: tools offered in the schema, distractors from other families included
+    (ToolACE: more tools offered make selection harder).
+    """
+
+    hops: IntRange = (1, 1)
+    ops: IntRange = (1, 1)
+    horizon: IntRange = (1, 2)
+    num_tools: IntRange = (2, 3)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Difficulty:
+        for name in ("hops", "ops", "horizon", "num_tools"):
+            low, high = getattr(self, name)
+            if low < 1 or high < low:
+                raise ValueError(
+                    f"{name} must be [low, high] with 1 <= low <= high, got {[low, high]}"
+                )
+        return self
+
+
+class SplitSection(Strict):
+    n: int = Field(ge=0, description="Accepted samples to write.")
+    families: list[str] | None = Field(
+        None, description="Families drawn from (uniformly); None means every registered family."
+    )
+    difficulty: Difficulty = Difficulty()
+    rename_prob: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="Probability a tool gets a random surface (name, argument names, "
+        "description, order) instead of its canonical one; 1.0 forces schema reading.",
+    )
+    recovery_prob: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of trajectories with a wrong call, its real error and the fix.",
+    )
+    copy_items: int = Field(
+        0, ge=0, description="Extra 'Repeat: ...' copy items (midtrain only): span copying."
+    )
+    min_tokens: int = Field(
+        0, ge=0, description="Reject trajectories shorter than this many estimated tokens."
+    )
+    curriculum: bool = Field(False, description="Order samples easy to hard by depth.")
+
+
+class TeacherSection(Strict):
+    kind: Literal["oracle", "openai"] = Field(
+        "oracle", description="oracle: plans from ground truth; openai: any chat endpoint."
+    )
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = Field(0.7, ge=0.0)
+    max_turns: int = Field(12, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> TeacherSection:
+        if self.kind == "openai" and (not self.base_url or not self.model):
+            raise ValueError("teacher kind 'openai' needs base_url and model")
+        return self
+
+
+class SynthSection(Strict):
+    workers: int = Field(1, ge=1, description="Worker processes; outputs do not depend on it.")
+    shard_size: int = Field(2000, ge=1, description="Samples per JSONL shard.")
+    heldout_tool_share: float = Field(
+        0.25,
+        gt=0.0,
+        lt=1.0,
+        description="Share of each name vocabulary reserved for heldout_tools.",
+    )
+    max_attempts_factor: int = Field(
+        4, ge=1, description="Give up on a split after n * factor draws (bad knobs, not luck)."
+    )
+    envs: list[str] = Field(
+        default_factory=list, description="Plugin environments as 'module:Class' dotted paths."
+    )
+    teacher: TeacherSection = TeacherSection()
+    splits: dict[str, SplitSection]
+
+    @model_validator(mode="after")
+    def _known_splits(self) -> SynthSection:
+        unknown = sorted(set(self.splits) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
+        return self
+
+
+class Params(Strict):
+    base: BaseSection = BaseSection()
+    tracking: TrackingSection = TrackingSection()
+    synth: SynthSection
+
+    def section_dict(self, name: str) -> dict[str, Any]:
+        return getattr(self, name).model_dump(mode="json")
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "<root>"
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
+    """Read and validate ``params.yaml``; raise :class:`ConfigError` naming file and key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: <root>: expected a mapping of sections, got {type(raw).__name__}"
+        )
+    try:
+        # JSON mode keeps strict types (no "3" -> 3) but accepts YAML lists for ranges.
+        return Params.model_validate_json(json.dumps(raw, default=str))
+    except ValidationError as err:
+        first = err.errors()[0]
+        value = first.get("input")
+        shown = (
+            "" if first["type"] == "missing" else f" (got {json.dumps(value, default=str)[:80]})"
+        )
+        extra = f"; {err.error_count() - 1} more error(s)" if err.error_count() > 1 else ""
+        raise ConfigError(f"{path}: {_dotted(first['loc'])}: {first['msg']}{shown}{extra}") from err
+
+
+def digest(obj: Any) -> str:
+    """Stable short digest of JSON-able data (params sections, specs)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""Environments: task generators with tools, verifiers and oracles; built-ins and plugins."""

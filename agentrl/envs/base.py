@@ -1,0 +1,79 @@
+"""Environment = task generator + tools + verifier data + an oracle that solves its tasks.
+
+Write a plugin by subclassing :class:`ToolBox` (tools are its methods, with type hints and
+Google-style docstrings) and :class:`Environment` (``sample`` draws a task from a fresh
+:class:`~agentrl.envs.world.World`; ``solve`` is a generator that yields :class:`Call`,
+receives each real observation and returns the final answer). Everything a task needs to
+rebuild its tools lives in ``TaskSpec.state`` as plain JSON, so RL and eval can re-execute
+the tools long after synthesis.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from agentrl.envs.world import World
+from agentrl.tools.vocab import ToolVocab
+
+
+@dataclass(frozen=True)
+class Call:
+    """One canonical tool call the oracle makes, with the short reasoning before it."""
+
+    tool: str
+    args: dict[str, Any]
+    thought: str = ""
+
+
+@dataclass
+class TaskSpec:
+    """A task as data: prompt, tool state, verifier spec, difficulty and oracle depth."""
+
+    prompt: str
+    state: dict[str, Any]
+    verifier: dict[str, Any]
+    needed_tools: list[str]
+    depth: int
+    atoms: dict[str, list[Any]] = field(default_factory=dict)
+
+
+class ToolBox:
+    """Tools of one family bound to one task's state. ``TOOLS`` names the tool methods."""
+
+    TOOLS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        return {name: getattr(self, name) for name in self.TOOLS}
+
+    def snapshot(self) -> Any:
+        """Final state for state-checking verifiers; None when the tools are stateless."""
+        return None
+
+
+Solver = Generator[Call, str, str]
+
+
+class Environment(ABC):
+    """A family of tasks. ``bind({})`` must work: distractor tools run on an empty state."""
+
+    name: ClassVar[str]
+    toolbox: ClassVar[type[ToolBox]]
+    vocab: ClassVar[dict[str, ToolVocab]] = {}
+
+    def bind(self, state: dict[str, Any]) -> ToolBox:
+        return self.toolbox(state)
+
+    @abstractmethod
+    def sample(self, rng: random.Random, world: World, difficulty: dict[str, int]) -> TaskSpec:
+        """Draw one task; every entity, value and number comes from ``world``."""
+
+    @abstractmethod
+    def solve(self, task: TaskSpec) -> Solver:
+        """Oracle: yield calls, receive observation texts, return the answer text."""

@@ -1,0 +1,1 @@
+"""Built-in task families (tool pools): one module per family."""

@@ -1,0 +1,123 @@
+"""Arithmetic calculator: chained operations, one tool call per operation.
+
+Chaining forces the model to copy each intermediate result from the previous observation
+into the next call, the copying skill DESIGN.md found to be the wall for tiny models.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import random
+from typing import Any, ClassVar
+
+from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
+from agentrl.envs.world import World
+from agentrl.tools.executor import ToolError
+from agentrl.tools.vocab import ToolVocab
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_OPS = {"+": ("add", "Add"), "-": ("subtract", "Subtract"), "*": ("multiply by", "Multiply it by")}
+
+
+def _clean(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else round(value, 6)
+
+
+def evaluate(expression: str) -> int | float:
+    """Evaluate +, -, *, /, //, % and parentheses over numbers, without ``eval``."""
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](walk(node.left), walk(node.right))
+        raise ToolError(f"unsupported expression element: {ast.dump(node)[:40]}")
+
+    if len(expression) > 200:
+        raise ToolError("expression too long (max 200 characters)")
+    try:
+        return _clean(walk(ast.parse(expression.strip(), mode="eval")))
+    except SyntaxError as err:
+        raise ToolError(f"cannot parse expression {expression!r}") from err
+    except ZeroDivisionError as err:
+        raise ToolError("division by zero") from err
+
+
+class CalculatorTools(ToolBox):
+    TOOLS = ("calculate",)
+
+    def calculate(self, expression: str) -> int | float:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: Arithmetic expression with numbers, + - * / and parentheses, e.g. "12 * 7".
+        """
+        return evaluate(expression)
+
+
+class CalculatorEnv(Environment):
+    name = "calculator"
+    toolbox = CalculatorTools
+    vocab: ClassVar[dict[str, ToolVocab]] = {
+        "calculate": ToolVocab(
+            verbs=("compute", "evaluate", "calc", "solve", "run", "do"),
+            nouns=("math", "expression", "arithmetic", "formula", "sum"),
+            args={
+                "expression": (
+                    "expr",
+                    "formula",
+                    "math_input",
+                    "query",
+                    "input",
+                    "equation",
+                    "calc_text",
+                )
+            },
+            descriptions=(
+                "Compute the value of a math expression.",
+                "Arithmetic engine: returns the number an expression evaluates to.",
+                "Solve an arithmetic formula and return the result.",
+            ),
+        )
+    }
+
+    def sample(self, rng: random.Random, world: World, difficulty: dict[str, int]) -> TaskSpec:
+        start = world.number(2, 99)
+        steps = []
+        for _ in range(difficulty["ops"]):
+            symbol = rng.choice(list(_OPS))
+            steps.append([symbol, world.number(2, 30) if symbol == "*" else world.number(2, 99)])
+        value: int | float = start
+        for symbol, operand in steps:
+            value = evaluate(f"{value} {symbol} {operand}")
+        if len(steps) == 1:
+            prompt = f"What is {start} {steps[0][0]} {steps[0][1]}?"
+        else:
+            parts = [f"{_OPS[s][0]} {b}" for s, b in steps]
+            prompt = f"Start with {start}, then " + ", then ".join(parts) + ". What is the result?"
+        return TaskSpec(
+            prompt=prompt,
+            state={"start": start, "steps": steps},
+            verifier={"kind": "numeric", "answer": value, "rtol": 1e-6, "atol": 1e-6},
+            needed_tools=["calculate"],
+            depth=len(steps),
+        )
+
+    def solve(self, task: TaskSpec) -> Solver:
+        value: Any = task.state["start"]
+        for i, (symbol, operand) in enumerate(task.state["steps"]):
+            thought = "I will use the calculator." if i == 0 else f"The result so far is {value}."
+            value = yield Call("calculate", {"expression": f"{value} {symbol} {operand}"}, thought)
+        return str(value)

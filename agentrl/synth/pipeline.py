@@ -1,0 +1,204 @@
+"""Run synthesis for every split: parallel samples, ordered dedup, streaming shard writes.
+
+Samples are made in index order chunks by a process pool and consumed in order, so the
+accepted set, the dedup decisions and the bytes written are the same for any number of
+workers. Writing streams shard by shard; only curriculum splits are held in memory to sort.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from agentrl.config import EVAL_SPLITS, SPLITS, ConfigError, SplitSection, SynthSection
+from agentrl.envs.registry import PluginError, Registry
+from agentrl.synth.sampler import Outcome, Sampler, eligible_families
+
+CHUNK = 32
+
+
+class SynthError(RuntimeError):
+    """A split could not be filled: its knobs make (almost) every sample fail."""
+
+
+def split_dir(root: Path, split: str) -> Path:
+    return root / "eval" / split if split in EVAL_SPLITS else root / split
+
+
+def content_key(record: dict[str, Any]) -> str:
+    """Dedup key: normalised messages and environment state."""
+    blob = json.dumps(
+        [record["messages"], record["env"] and record["env"]["state"]], sort_keys=True
+    )
+    return hashlib.sha256(" ".join(blob.lower().split()).encode()).hexdigest()
+
+
+def build_registry(cfg: SynthSection, params_file: str = "params.yaml") -> Registry:
+    """The registry for ``cfg``; bad plugin paths or families become ConfigErrors."""
+    try:
+        registry = Registry(cfg.envs, cfg.heldout_tool_share)
+    except (PluginError, ValueError) as err:
+        raise ConfigError(f"{params_file}: synth.envs: {err}") from err
+    for split, scfg in cfg.splits.items():
+        for family in scfg.families or []:
+            if family not in registry.envs:
+                known = ", ".join(registry.envs)
+                raise ConfigError(
+                    f"{params_file}: synth.splits.{split}.families: unknown family '{family}' (known: {known})"
+                )
+        if not eligible_families(registry, split, scfg.families) and scfg.n:
+            raise ConfigError(
+                f"{params_file}: synth.splits.{split}.families: no family fits this split"
+            )
+    return registry
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(cfg_json: str, seed: int) -> None:
+    cfg = SynthSection.model_validate_json(cfg_json)
+    _WORKER["sampler"] = Sampler(Registry(cfg.envs, cfg.heldout_tool_share), seed, cfg.teacher)
+
+
+def _run_chunk(job: tuple[str, str, list[str], int, int]) -> list[Outcome]:
+    split, split_json, families, start, stop = job
+    cfg = SplitSection.model_validate_json(split_json)
+    sampler: Sampler = _WORKER["sampler"]
+    return [sampler.sample(split, cfg, families, i) for i in range(start, stop)]
+
+
+class ShardWriter:
+    """Writes records to ``shard-NNNNN.jsonl`` files of at most ``size`` lines."""
+
+    def __init__(self, directory: Path, size: int):
+        self.directory, self.size, self.count, self._file = directory, size, 0, None
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.count % self.size == 0:
+            self.close()
+            self._file = (self.directory / f"shard-{self.count // self.size:05d}.jsonl").open(
+                "w", encoding="utf-8"
+            )
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.count += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _outcomes(
+    split: str, scfg: SplitSection, families: list[str], sampler: Sampler, pool: Any, limit: int
+) -> Iterator[Outcome]:
+    jobs = (
+        (split, scfg.model_dump_json(), families, s, min(s + CHUNK, limit))
+        for s in range(0, limit, CHUNK)
+    )
+    if pool is None:
+        for job in jobs:
+            yield from (sampler.sample(split, scfg, families, i) for i in range(job[3], job[4]))
+    else:
+        for chunk in pool.imap(_run_chunk, jobs):
+            yield from chunk
+
+
+def _split_stats() -> dict[str, Any]:
+    return {
+        "n": 0,
+        "attempts": 0,
+        "families": Counter(),
+        "rejections": Counter(),
+        "tokens": 0,
+        "turns": Counter(),
+        "depth": Counter(),
+        "recoveries": 0,
+        "seconds": 0.0,
+    }
+
+
+def synthesize(
+    cfg: SynthSection, seed: int, out_dir: Path, registry: Registry, progress: bool = True
+) -> dict[str, Any]:
+    """Write every configured split under ``out_dir``; return the statistics."""
+    sampler = Sampler(registry, seed, cfg.teacher)
+    stats: dict[str, Any] = {}
+    ctx = mp.get_context("fork")
+    pool = (
+        ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
+        if cfg.workers > 1
+        else None
+    )
+    try:
+        with Progress(disable=not progress, transient=True) as bar:
+            for split in (s for s in SPLITS if s in cfg.splits):
+                scfg = cfg.splits[split]
+                st = stats[split] = _split_stats()
+                started = time.perf_counter()
+                task = bar.add_task(f"synth {split}", total=scfg.n + scfg.copy_items)
+                writer = ShardWriter(split_dir(out_dir, split), cfg.shard_size)
+                families = eligible_families(registry, split, scfg.families)
+                seen: set[str] = set()
+                held: list[dict[str, Any]] = []  # curriculum splits are sorted before writing
+
+                def emit(
+                    record: dict[str, Any], st: dict[str, Any] = st, writer: ShardWriter = writer
+                ) -> None:
+                    writer.write(record)
+                    st["n"] += 1
+                    st["families"][record["family"]] += 1
+                    st["tokens"] += record["meta"]["approx_tokens"]
+                    st["turns"][record["meta"]["turns"]] += 1
+                    st["depth"][record["depth"]] += 1
+                    st["recoveries"] += record["meta"]["recovery"] is not None
+
+                accepted = 0
+                limit = scfg.n * cfg.max_attempts_factor
+                outcomes = (
+                    _outcomes(split, scfg, families, sampler, pool, limit) if scfg.n else iter(())
+                )
+                for outcome in outcomes:
+                    st["attempts"] += 1
+                    record = outcome.record
+                    if record is not None and (key := content_key(record)) in seen:
+                        record, reason = None, "duplicate"
+                    else:
+                        reason = outcome.reason
+                    if record is None:
+                        st["rejections"][reason] += 1
+                        continue
+                    seen.add(key)
+                    accepted += 1
+                    held.append(record) if scfg.curriculum else emit(record)
+                    bar.advance(task)
+                    if accepted == scfg.n:
+                        break
+                if accepted < scfg.n:
+                    top = ", ".join(f"{r}={c}" for r, c in st["rejections"].most_common(3))
+                    raise SynthError(
+                        f"split '{split}': {accepted} of {scfg.n} samples after {limit} draws ({top})"
+                    )
+                if pool is not None and scfg.n:
+                    pool.terminate()  # drop chunks computed past the target
+                    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
+                for record in sorted(held, key=lambda r: r["depth"]):
+                    emit(record)
+                for i in range(scfg.copy_items):
+                    emit(sampler.copy_item(split, i).record)  # type: ignore[arg-type]
+                writer.close()
+                st["seconds"] = round(time.perf_counter() - started, 3)
+                bar.remove_task(task)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    return stats

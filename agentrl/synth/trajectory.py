@@ -1,0 +1,133 @@
+"""Trajectories in the transformers/OpenAI chat form, made by executing the real tools.
+
+The oracle teacher follows an environment's ``solve`` generator; every observation it sees
+comes from the real tool. With ``recovery`` it first makes one realistic mistake (a wrong
+argument name -- the dominant failure of tiny models, see DESIGN.md -- an unknown tool
+name, or a missing argument), receives the real error, and then makes the corrected call,
+so later RL has recoveries to reinforce.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.envs.base import Call, Environment, TaskSpec
+from agentrl.envs.verify import ANSWER_MARK
+from agentrl.tools.executor import ToolSet
+from agentrl.tools.vocab import VocabPartition
+
+RECOVERY_KINDS = ("wrong_arg_name", "wrong_arg_name", "unknown_tool", "missing_argument")
+
+
+@dataclass
+class Trajectory:
+    messages: list[dict[str, Any]]
+    observations: list[str] = field(default_factory=list)
+    recovery: dict[str, Any] | None = None
+    final_state: Any = None
+
+
+def assistant_call(content: str, name: str, arguments: dict[str, Any], turn: int) -> dict[str, Any]:
+    call = {
+        "id": f"call_{turn}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+    return {"role": "assistant", "content": content, "tool_calls": [call]}
+
+
+def tool_message(name: str, content: str, turn: int) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"call_{turn}", "name": name, "content": content}
+
+
+def final_message(answer: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": f"{ANSWER_MARK} {answer}"}
+
+
+def _mistake(
+    rng: random.Random,
+    tools: ToolSet,
+    partition: VocabPartition,
+    canonical: str,
+    name: str,
+    args: dict[str, Any],
+) -> tuple[str, str, dict[str, Any], str] | None:
+    """(kind, wrong name, wrong args, the fix explained) or None when no mistake fits."""
+    kinds = list(RECOVERY_KINDS)
+    rng.shuffle(kinds)
+    offered = {s.name for s in tools.surfaces.values()}
+    for kind in kinds:
+        if kind == "wrong_arg_name" and args:
+            arg = rng.choice(list(args))
+            canon_arg = {v: k for k, v in tools.surfaces[canonical].args.items()}[arg]
+            pool = [
+                *partition.args.get(canonical, {}).get(canon_arg, {}).get("train", []),
+                canon_arg,
+                f"{arg}_value",
+            ]
+            wrong = [
+                a
+                for a in pool
+                if a not in args and a not in tools.surfaces[canonical].args.values()
+            ]
+            if wrong:
+                bad = rng.choice(wrong)
+                bad_args = {(bad if k == arg else k): v for k, v in args.items()}
+                return kind, name, bad_args, f"The argument is called '{arg}', not '{bad}'."
+        if kind == "unknown_tool":
+            pool = [*partition.names.get(canonical, {}).get("train", []), canonical, f"{name}_tool"]
+            wrong = [n for n in pool if n not in offered]
+            if wrong:
+                bad = rng.choice(wrong)
+                return kind, bad, args, f"The tool is called '{name}', not '{bad}'."
+        if kind == "missing_argument" and len(args) > 1:
+            arg = rng.choice(list(args))
+            return (
+                kind,
+                name,
+                {k: v for k, v in args.items() if k != arg},
+                f"I forgot the argument '{arg}'.",
+            )
+    return None
+
+
+def oracle_trajectory(
+    env: Environment,
+    task: TaskSpec,
+    tools: ToolSet,
+    rng: random.Random,
+    partition: VocabPartition,
+    recovery: bool,
+) -> Trajectory:
+    """Run the oracle against the real tools; optionally one mistake and its recovery."""
+    traj = Trajectory(messages=[{"role": "user", "content": task.prompt}])
+    solver = env.solve(task)
+    mistake_at = rng.randrange(task.depth) if recovery and task.depth > 0 else -1
+    turn = 0
+    try:
+        call: Call = next(solver)
+        while True:
+            name, args = tools.surface_call(call.tool, call.args)
+            if turn == mistake_at and traj.recovery is None:
+                wrong = _mistake(rng, tools, partition, call.tool, name, args)
+                if wrong is not None:
+                    kind, bad_name, bad_args, fix = wrong
+                    observed = tools.call(bad_name, bad_args)
+                    traj.messages.append(assistant_call(call.thought, bad_name, bad_args, turn))
+                    traj.messages.append(tool_message(bad_name, observed.text, turn))
+                    traj.observations.append(observed.text)
+                    traj.recovery = {"turn": turn, "kind": kind, "error": observed.error}
+                    turn += 1
+                    call = Call(call.tool, call.args, fix)
+                    continue
+            observed = tools.call(name, args)
+            traj.messages.append(assistant_call(call.thought, name, args, turn))
+            traj.messages.append(tool_message(name, observed.text, turn))
+            traj.observations.append(observed.text)
+            turn += 1
+            call = solver.send(observed.text)
+    except StopIteration as stop:
+        traj.messages.append(final_message(stop.value))
+    return traj
