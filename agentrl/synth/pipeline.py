@@ -11,8 +11,9 @@ import hashlib
 import json
 import multiprocessing as mp
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,14 @@ from rich.progress import Progress
 
 from agentrl.config import EVAL_SPLITS, SPLITS, ConfigError, SplitSection, SynthSection
 from agentrl.envs.registry import PluginError, Registry
+from agentrl.errors import StageError
 from agentrl.synth.sampler import Outcome, Sampler, eligible_families
+from agentrl.synth.teacher import TeacherError
 
 CHUNK = 32
 
 
-class SynthError(RuntimeError):
+class SynthError(StageError):
     """A split could not be filled: its knobs make (almost) every sample fail."""
 
 
@@ -99,8 +102,16 @@ class ShardWriter:
 
 
 def _outcomes(
-    split: str, scfg: SplitSection, families: list[str], sampler: Sampler, pool: Any, limit: int
+    split: str,
+    scfg: SplitSection,
+    families: list[str],
+    sampler: Sampler,
+    pool: Any,
+    workers: int,
+    limit: int,
 ) -> Iterator[Outcome]:
+    """Outcomes in index order; a pool gets a bounded window of chunks ahead of the reader,
+    so stopping at the target wastes at most that window."""
     jobs = (
         (split, scfg.model_dump_json(), families, s, min(s + CHUNK, limit))
         for s in range(0, limit, CHUNK)
@@ -108,9 +119,12 @@ def _outcomes(
     if pool is None:
         for job in jobs:
             yield from (sampler.sample(split, scfg, families, i) for i in range(job[3], job[4]))
-    else:
-        for chunk in pool.imap(_run_chunk, jobs):
-            yield from chunk
+        return
+    pending = deque(pool.apply_async(_run_chunk, (job,)) for job in islice(jobs, 2 * workers))
+    while pending:
+        chunk = pending.popleft().get()
+        pending.extend(pool.apply_async(_run_chunk, (job,)) for job in islice(jobs, 1))
+        yield from chunk
 
 
 def _split_stats() -> dict[str, Any]:
@@ -127,77 +141,82 @@ def _split_stats() -> dict[str, Any]:
     }
 
 
+def _write_split(
+    split: str, cfg: SynthSection, registry: Registry, sampler: Sampler, pool: Any, out_dir: Path
+) -> dict[str, Any]:
+    """Fill one split: draw in index order, reject and dedup, write (curriculum: sorted)."""
+    scfg = cfg.splits[split]
+    st = _split_stats()
+    started = time.perf_counter()
+    writer = ShardWriter(split_dir(out_dir, split), cfg.shard_size)
+
+    def emit(record: dict[str, Any]) -> None:
+        writer.write(record)
+        st["n"] += 1
+        st["families"][record["family"]] += 1
+        st["tokens"] += record["meta"]["approx_tokens"]
+        st["turns"][record["meta"]["turns"]] += 1
+        st["depth"][record["depth"]] += 1
+        st["recoveries"] += record["meta"]["recovery"] is not None
+
+    families = eligible_families(registry, split, scfg.families)
+    limit = scfg.n * cfg.max_attempts_factor
+    seen: set[str] = set()
+    held: list[dict[str, Any]] = []  # curriculum splits are sorted before writing
+    accepted = 0
+    if scfg.n:
+        for outcome in _outcomes(split, scfg, families, sampler, pool, cfg.workers, limit):
+            st["attempts"] += 1
+            record, reason = outcome.record, outcome.reason
+            if record is not None and content_key(record) in seen:
+                record, reason = None, "duplicate"
+            if record is None:
+                st["rejections"][reason] += 1
+                continue
+            seen.add(content_key(record))
+            accepted += 1
+            held.append(record) if scfg.curriculum else emit(record)
+            if accepted == scfg.n:
+                break
+    if accepted < scfg.n:
+        top = ", ".join(f"{r}={c}" for r, c in st["rejections"].most_common(3))
+        raise SynthError(
+            f"split '{split}': {accepted} of {scfg.n} samples after {limit} draws ({top})"
+        )
+    for record in sorted(held, key=lambda r: r["depth"]):
+        emit(record)
+    for i in range(scfg.copy_items):
+        emit(sampler.copy_item(split, i).record)  # type: ignore[arg-type]
+    writer.close()
+    st["seconds"] = round(time.perf_counter() - started, 3)
+    return st
+
+
 def synthesize(
     cfg: SynthSection, seed: int, out_dir: Path, registry: Registry, progress: bool = True
 ) -> dict[str, Any]:
-    """Write every configured split under ``out_dir``; return the statistics."""
+    """Write every configured split under ``out_dir``; return the statistics per split."""
     sampler = Sampler(registry, seed, cfg.teacher)
+    if sampler.teacher is not None:
+        try:
+            sampler.teacher.check()
+        except TeacherError as err:
+            raise SynthError(str(err)) from err
+    pool = None
+    if cfg.workers > 1:
+        # forkserver: forking a process with live threads (tqdm's monitor, HTTP clients) can deadlock
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["agentrl.synth.sampler"])
+        pool = ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
     stats: dict[str, Any] = {}
-    ctx = mp.get_context("fork")
-    pool = (
-        ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
-        if cfg.workers > 1
-        else None
-    )
     try:
-        with Progress(disable=not progress, transient=True) as bar:
-            for split in (s for s in SPLITS if s in cfg.splits):
-                scfg = cfg.splits[split]
-                st = stats[split] = _split_stats()
-                started = time.perf_counter()
-                task = bar.add_task(f"synth {split}", total=scfg.n + scfg.copy_items)
-                writer = ShardWriter(split_dir(out_dir, split), cfg.shard_size)
-                families = eligible_families(registry, split, scfg.families)
-                seen: set[str] = set()
-                held: list[dict[str, Any]] = []  # curriculum splits are sorted before writing
-
-                def emit(
-                    record: dict[str, Any], st: dict[str, Any] = st, writer: ShardWriter = writer
-                ) -> None:
-                    writer.write(record)
-                    st["n"] += 1
-                    st["families"][record["family"]] += 1
-                    st["tokens"] += record["meta"]["approx_tokens"]
-                    st["turns"][record["meta"]["turns"]] += 1
-                    st["depth"][record["depth"]] += 1
-                    st["recoveries"] += record["meta"]["recovery"] is not None
-
-                accepted = 0
-                limit = scfg.n * cfg.max_attempts_factor
-                outcomes = (
-                    _outcomes(split, scfg, families, sampler, pool, limit) if scfg.n else iter(())
-                )
-                for outcome in outcomes:
-                    st["attempts"] += 1
-                    record = outcome.record
-                    if record is not None and (key := content_key(record)) in seen:
-                        record, reason = None, "duplicate"
-                    else:
-                        reason = outcome.reason
-                    if record is None:
-                        st["rejections"][reason] += 1
-                        continue
-                    seen.add(key)
-                    accepted += 1
-                    held.append(record) if scfg.curriculum else emit(record)
-                    bar.advance(task)
-                    if accepted == scfg.n:
-                        break
-                if accepted < scfg.n:
-                    top = ", ".join(f"{r}={c}" for r, c in st["rejections"].most_common(3))
-                    raise SynthError(
-                        f"split '{split}': {accepted} of {scfg.n} samples after {limit} draws ({top})"
-                    )
-                if pool is not None and scfg.n:
-                    pool.terminate()  # drop chunks computed past the target
-                    pool = ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
-                for record in sorted(held, key=lambda r: r["depth"]):
-                    emit(record)
-                for i in range(scfg.copy_items):
-                    emit(sampler.copy_item(split, i).record)  # type: ignore[arg-type]
-                writer.close()
-                st["seconds"] = round(time.perf_counter() - started, 3)
-                bar.remove_task(task)
+        with Progress(disable=not progress) as bar:
+            splits = [s for s in SPLITS if s in cfg.splits]
+            task = bar.add_task("synth", total=len(splits))
+            for split in splits:
+                bar.update(task, description=f"synth {split}")
+                stats[split] = _write_split(split, cfg, registry, sampler, pool, out_dir)
+                bar.advance(task)
     finally:
         if pool is not None:
             pool.terminate()

@@ -59,6 +59,15 @@ class OpenAITeacher:
             base_url=str(cfg.base_url).rstrip("/"), headers=headers, timeout=cfg.timeout_s
         )
 
+    def check(self) -> None:
+        """Fail before synthesis when the endpoint is down, instead of once per sample."""
+        try:
+            self.client.get("/models").raise_for_status()
+        except httpx.HTTPError as err:
+            raise TeacherError(
+                f"teacher endpoint {self.cfg.base_url} is not reachable: {err}"
+            ) from err
+
     @retry(
         retry=retry_if_exception_type(httpx.TransportError),
         stop=stop_after_attempt(3),
@@ -75,7 +84,12 @@ class OpenAITeacher:
             "temperature": self.cfg.temperature,
             "seed": seed,
         }
-        response = self.client.post("/chat/completions", json=body)
+        try:
+            response = self.client.post("/chat/completions", json=body)
+        except httpx.TransportError:
+            raise
+        except httpx.HTTPError as err:
+            raise TeacherError(f"{self.cfg.base_url}: {err}") from err
         if response.status_code != 200:
             raise TeacherError(
                 f"{self.cfg.base_url}: HTTP {response.status_code}: {response.text[:200]}"
@@ -88,6 +102,12 @@ class OpenAITeacher:
             ) from err
 
     def trajectory(self, task: TaskSpec, tools: ToolSet, seed: int) -> Trajectory:
+        try:
+            return self._trajectory(task, tools, seed)
+        except httpx.HTTPError as err:  # still failing after retries
+            raise TeacherError(f"{self.cfg.base_url}: {err}") from err
+
+    def _trajectory(self, task: TaskSpec, tools: ToolSet, seed: int) -> Trajectory:
         traj = Trajectory(messages=[{"role": "user", "content": task.prompt}])
         for turn in range(self.cfg.max_turns):
             message = self._complete(traj.messages, tools.schemas, seed + turn)

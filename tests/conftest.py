@@ -1,0 +1,188 @@
+"""Shared fixtures: small params files, a real `mlflow server`, and a synthesized dataset."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = Path(__file__).parent / "plugins"
+sys.path.insert(0, str(PLUGINS))
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+SMALL_SPLITS: dict[str, Any] = {
+    "midtrain": {
+        "n": 60,
+        "recovery_prob": 0.3,
+        "copy_items": 10,
+        "difficulty": {"hops": [1, 2], "ops": [1, 2], "horizon": [1, 3], "num_tools": [2, 4]},
+    },
+    "sft": {"n": 40, "rename_prob": 0.5, "recovery_prob": 0.3, "curriculum": True},
+    "rl": {"n": 20, "rename_prob": 0.5},
+    "test": {"n": 30, "rename_prob": 0.5},
+    "heldout_tools": {"n": 30},
+    "heldout_compose": {
+        "n": 15,
+        "families": ["calculator", "knowledge_base", "compose"],
+        "difficulty": {"hops": [3, 4], "ops": [3, 4]},
+    },
+    "long_horizon": {
+        "n": 5,
+        "families": ["store", "calculator"],
+        "min_tokens": 1024,
+        "difficulty": {"ops": [10, 12], "horizon": [10, 12], "num_tools": [4, 5]},
+    },
+}
+
+
+def small_params(**synth_overrides: Any) -> dict[str, Any]:
+    """A complete params dict with tiny splits; keyword arguments override synth keys."""
+    synth = {
+        "workers": 1,
+        "shard_size": 25,
+        "splits": copy.deepcopy(SMALL_SPLITS),
+    } | synth_overrides
+    paths = {
+        "data": "data",
+        "models": "models",
+        "metrics": "metrics",
+        "plots": "plots",
+        "reports": "reports",
+        "checkpoints": "checkpoints",
+    }
+    return {
+        "base": {"seed": 7, "paths": paths},
+        "tracking": {"experiment": "agentrl-tests", "log_samples": 2},
+        "synth": synth,
+    }
+
+
+def write_params(path: Path, params: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stage_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "AGENTRL_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(PLUGINS)])
+    return env | extra
+
+
+def run_stage(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "stages" / "synth.py"), *args],
+        cwd=cwd,
+        env=env or stage_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 in its own process group, ended after the session."""
+    home = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    log = (home / "server.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{home / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(home / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=home,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if httpx.get(f"{uri}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(
+                    f"mlflow server did not start: {(home / 'server.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def read_split(root: Path, split: str) -> list[dict[str, Any]]:
+    from agentrl.synth.pipeline import split_dir
+
+    records = []
+    for shard in sorted(split_dir(root, split).glob("shard-*.jsonl")):
+        records += [json.loads(line) for line in shard.read_text().splitlines()]
+    return records
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A moderately sized synthesized dataset (in process), shared by the data tests."""
+    from agentrl.config import SynthSection
+    from agentrl.synth.pipeline import build_registry, synthesize
+
+    splits = copy.deepcopy(SMALL_SPLITS)
+    for split, n in {
+        "midtrain": 600,
+        "sft": 300,
+        "rl": 200,
+        "test": 200,
+        "heldout_tools": 200,
+        "heldout_compose": 80,
+    }.items():
+        splits[split]["n"] = n
+    cfg = SynthSection.model_validate_json(
+        json.dumps({"workers": 2, "shard_size": 100, "splits": splits})
+    )
+    out = tmp_path_factory.mktemp("dataset")
+    synthesize(cfg, 11, out, build_registry(cfg), progress=False)
+    return out
