@@ -24,6 +24,13 @@ class Verdict:
     reason: str
 
 
+def answer_spec(answer: Any, rtol: float = 0.0, atol: float = 0.0) -> dict[str, Any]:
+    """Verifier spec for a single answer: numeric (with tolerances) for numbers, else exact."""
+    if isinstance(answer, int | float) and not isinstance(answer, bool):
+        return {"kind": "numeric", "answer": answer, "rtol": rtol, "atol": atol}
+    return {"kind": "exact", "answer": answer}
+
+
 def extract_answer(text: str | None) -> str | None:
     """The text after the last ``Answer:`` mark, or None when the model gave no answer."""
     if not text or ANSWER_MARK not in text:

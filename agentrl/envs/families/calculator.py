@@ -24,7 +24,11 @@ _BINARY = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
 }
-_OPS = {"+": ("add", "Add"), "-": ("subtract", "Subtract"), "*": ("multiply by", "Multiply it by")}
+OPERATIONS = {
+    "+": ("add", "Add"),
+    "-": ("subtract", "Subtract"),
+    "*": ("multiply by", "Multiply it by"),
+}
 
 
 def _clean(value: float) -> int | float:
@@ -97,7 +101,7 @@ class CalculatorEnv(Environment):
         start = world.number(2, 99)
         steps = []
         for _ in range(difficulty["ops"]):
-            symbol = rng.choice(list(_OPS))
+            symbol = rng.choice(list(OPERATIONS))
             steps.append([symbol, world.number(2, 30) if symbol == "*" else world.number(2, 99)])
         value: int | float = start
         for symbol, operand in steps:
@@ -105,7 +109,7 @@ class CalculatorEnv(Environment):
         if len(steps) == 1:
             prompt = f"What is {start} {steps[0][0]} {steps[0][1]}?"
         else:
-            parts = [f"{_OPS[s][0]} {b}" for s, b in steps]
+            parts = [f"{OPERATIONS[s][0]} {b}" for s, b in steps]
             prompt = f"Start with {start}, then " + ", then ".join(parts) + ". What is the result?"
         return TaskSpec(
             prompt=prompt,

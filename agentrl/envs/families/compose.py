@@ -10,11 +10,12 @@ import random
 from typing import Any, ClassVar
 
 from agentrl.envs.base import Call, Environment, Solver, TaskSpec
-from agentrl.envs.families.calculator import _OPS, CalculatorEnv, CalculatorTools, evaluate
+from agentrl.envs.families.calculator import OPERATIONS, CalculatorEnv, CalculatorTools, evaluate
 from agentrl.envs.families.knowledge_base import (
     KnowledgeBaseEnv,
     KnowledgeBaseTools,
     build_chain,
+    follow_path,
     question,
 )
 from agentrl.envs.world import World
@@ -35,10 +36,10 @@ class ComposeEnv(Environment):
         steps = []
         value: Any = fact
         for _ in range(difficulty["ops"]):
-            symbol = rng.choice(list(_OPS))
+            symbol = rng.choice(list(OPERATIONS))
             steps.append([symbol, world.number(2, 30) if symbol == "*" else world.number(2, 99)])
             value = evaluate(f"{value} {symbol} {steps[-1][1]}")
-        parts = ", then ".join(f"{_OPS[s][0]} {b}" for s, b in steps)
+        parts = ", then ".join(f"{OPERATIONS[s][0]} {b}" for s, b in steps)
         return TaskSpec(
             prompt=f"Take {question(path, start)} from the knowledge base, {parts}. What is the result?",
             state={"facts": facts, "start": start, "path": path, "steps": steps},
@@ -48,13 +49,7 @@ class ComposeEnv(Environment):
         )
 
     def solve(self, task: TaskSpec) -> Solver:
-        current: Any = task.state["start"]
-        for relation in task.state["path"]:
-            current = yield Call(
-                "lookup",
-                {"entity": current, "relation": relation},
-                f"I need the {relation.replace('_', ' ')} of {current}.",
-            )
+        current: Any = yield from follow_path(task.state["start"], task.state["path"])
         for symbol, operand in task.state["steps"]:
             current = yield Call(
                 "calculate",

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import bm25s
 
 from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
+from agentrl.envs.verify import answer_spec
 from agentrl.envs.world import World
 from agentrl.tools.executor import ToolError
 from agentrl.tools.vocab import ToolVocab
@@ -130,14 +131,10 @@ class DocSearchEnv(Environment):
         title = f"{target} {kind}"
         attribute = rng.choice(list(ATTRIBUTES))
         answer = facts_of[title][attribute]
-        numeric = isinstance(answer, int)
-        verifier: dict[str, Any] = {"kind": "numeric" if numeric else "exact", "answer": answer}
-        if numeric:
-            verifier |= {"rtol": 0.0, "atol": 0.0}
         return TaskSpec(
             prompt=f"According to the documents, {ATTRIBUTES[attribute][0].format(t=title)}?",
             state={"docs": docs, "title": title, "attribute": attribute},
-            verifier=verifier,
+            verifier=answer_spec(answer),
             needed_tools=["search_documents", "open_document"],
             depth=2,
         )

@@ -11,6 +11,7 @@ import random
 from typing import Any, ClassVar
 
 from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
+from agentrl.envs.verify import answer_spec
 from agentrl.envs.world import World
 from agentrl.tools.executor import ToolError
 from agentrl.tools.vocab import ToolVocab
@@ -151,6 +152,18 @@ def question(path: list[str], start: str) -> str:
     return f"the {phrase} of {start}"
 
 
+def follow_path(start: str, path: list[str]) -> Solver:
+    """Oracle steps for a relation path: each lookup starts from the last observation."""
+    current = start
+    for relation in path:
+        current = yield Call(
+            "lookup",
+            {"entity": current, "relation": relation},
+            f"I need the {relation.replace('_', ' ')} of {current}.",
+        )
+    return current
+
+
 class KnowledgeBaseEnv(Environment):
     name = "knowledge_base"
     toolbox = KnowledgeBaseTools
@@ -180,25 +193,13 @@ class KnowledgeBaseEnv(Environment):
 
     def sample(self, rng: random.Random, world: World, difficulty: dict[str, int]) -> TaskSpec:
         facts, start, path, answer = build_chain(rng, world, difficulty["hops"], numeric_end=None)
-        numeric = isinstance(answer, int)
-        verifier: dict[str, Any] = {"kind": "numeric" if numeric else "exact", "answer": answer}
-        if numeric:
-            verifier |= {"rtol": 0.0, "atol": 0.0}
         return TaskSpec(
             prompt=f"Using the knowledge base, what is {question(path, start)}?",
             state={"facts": facts, "start": start, "path": path},
-            verifier=verifier,
+            verifier=answer_spec(answer),
             needed_tools=["lookup"],
             depth=len(path),
         )
 
     def solve(self, task: TaskSpec) -> Solver:
-        current: Any = task.state["start"]
-        for relation in task.state["path"]:
-            observed = yield Call(
-                "lookup",
-                {"entity": current, "relation": relation},
-                f"I need the {relation.replace('_', ' ')} of {current}.",
-            )
-            current = observed
-        return str(current)
+        return (yield from follow_path(task.state["start"], task.state["path"]))
