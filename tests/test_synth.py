@@ -13,6 +13,7 @@ from conftest import SMALL_SPLITS, read_split
 from agentrl.config import SPLITS, TRAIN_SPLITS, SynthSection
 from agentrl.envs.world import partition_of
 from agentrl.synth.pipeline import SynthError, build_registry, synthesize
+from agentrl.synth.report import summarize
 
 EVAL = ["test", "heldout_tools", "heldout_compose", "long_horizon"]
 
@@ -31,11 +32,12 @@ def _same_tree(a: Path, b: Path) -> bool:
 
 
 def test_same_params_same_bytes_for_any_worker_count(tmp_path: Path) -> None:
-    _synth(tmp_path / "one", workers=1)
+    one = _synth(tmp_path / "one", workers=1)
     _synth(tmp_path / "again", workers=1)
-    _synth(tmp_path / "two", workers=2)
+    two = _synth(tmp_path / "two", workers=2)
     assert _same_tree(tmp_path / "one", tmp_path / "again")
     assert _same_tree(tmp_path / "one", tmp_path / "two")
+    assert summarize(one)["dvc"] == summarize(two)["dvc"]  # metrics/synth.json reproduces too
     _synth(tmp_path / "other", workers=1, heldout_tool_share=0.3)
     assert not _same_tree(tmp_path / "one", tmp_path / "other")
 

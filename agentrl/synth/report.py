@@ -11,7 +11,8 @@ from agentrl.synth.pipeline import split_dir
 
 
 def summarize(stats: dict[str, Any]) -> dict[str, Any]:
-    """``dvc``: nested metrics for metrics/synth.json; ``flat``: numeric MLflow metrics."""
+    """``dvc``: nested metrics for metrics/synth.json, without timings so that the file is
+    as reproducible as the data; ``flat``: numeric MLflow metrics, timings included."""
     splits: dict[str, Any] = {}
     for split, st in stats.items():
         attempts = max(1, st["attempts"])
@@ -55,7 +56,10 @@ def summarize(stats: dict[str, Any]) -> dict[str, Any]:
             flat[f"{split}.{key}"] = s[key]
         for reason, count in s["rejections"].items():
             flat[f"{split}.rejected.{reason}"] = count
-    return {"dvc": {"total": total, "splits": splits}, "flat": flat, "splits": splits}
+    timing = ("seconds", "samples_per_second")
+    dvc_splits = {k: {m: v for m, v in s.items() if m not in timing} for k, s in splits.items()}
+    dvc_total = {m: v for m, v in total.items() if m not in timing}
+    return {"dvc": {"total": dvc_total, "splits": dvc_splits}, "flat": flat, "splits": splits}
 
 
 def write_samples(run: Any, root: Path, n: int) -> None:
