@@ -108,5 +108,7 @@ def test_unreachable_teacher_fails_before_any_sample(tmp_path: Path) -> None:
             }
         )
     )
-    with pytest.raises(SynthError, match=r"teacher endpoint http://127\.0\.0\.1:\d+/v1 is not reachable"):
+    with pytest.raises(
+        SynthError, match=r"teacher endpoint http://127\.0\.0\.1:\d+/v1 is not reachable"
+    ):
         synthesize(cfg, 0, tmp_path, build_registry(cfg), progress=False)

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,36 @@ def content_key(record: dict[str, Any]) -> str:
     return hashlib.sha256(" ".join(blob.lower().split()).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A sample serialised where it was made, so the ordered writer only dedups and writes."""
+
+    family: str
+    reason: str | None
+    line: str = ""
+    key: str = ""
+    depth: int = 0
+    turns: int = 0
+    tokens: int = 0
+    recovered: bool = False
+
+
+def encode(outcome: Outcome) -> Encoded:
+    record = outcome.record
+    if record is None:
+        return Encoded(outcome.family, outcome.reason)
+    return Encoded(
+        family=record["family"],
+        reason=None,
+        line=json.dumps(record, ensure_ascii=False) + "\n",
+        key=content_key(record),
+        depth=record["depth"],
+        turns=record["meta"]["turns"],
+        tokens=record["meta"]["approx_tokens"],
+        recovered=record["meta"]["recovery"] is not None,
+    )
+
+
 def build_registry(cfg: SynthSection, params_file: str = "params.yaml") -> Registry:
     """The registry for ``cfg``; bad plugin paths or families become ConfigErrors."""
     try:
@@ -72,11 +103,11 @@ def _init_worker(cfg_json: str, seed: int) -> None:
     _WORKER["sampler"] = Sampler(Registry(cfg.envs, cfg.heldout_tool_share), seed, cfg.teacher)
 
 
-def _run_chunk(job: tuple[str, str, list[str], int, int]) -> list[Outcome]:
+def _run_chunk(job: tuple[str, str, list[str], int, int]) -> list[Encoded]:
     split, split_json, families, start, stop = job
     cfg = SplitSection.model_validate_json(split_json)
     sampler: Sampler = _WORKER["sampler"]
-    return [sampler.sample(split, cfg, families, i) for i in range(start, stop)]
+    return [encode(sampler.sample(split, cfg, families, i)) for i in range(start, stop)]
 
 
 class ShardWriter:
@@ -86,13 +117,13 @@ class ShardWriter:
         self.directory, self.size, self.count, self._file = directory, size, 0, None
         directory.mkdir(parents=True, exist_ok=True)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, line: str) -> None:
         if self.count % self.size == 0:
             self.close()
             self._file = (self.directory / f"shard-{self.count // self.size:05d}.jsonl").open(
                 "w", encoding="utf-8"
             )
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.write(line)
         self.count += 1
 
     def close(self) -> None:
@@ -109,7 +140,7 @@ def _outcomes(
     pool: Any,
     workers: int,
     limit: int,
-) -> Iterator[Outcome]:
+) -> Iterator[Encoded]:
     """Outcomes in index order; a pool gets a bounded window of chunks ahead of the reader,
     so stopping at the target wastes at most that window."""
     jobs = (
@@ -118,7 +149,9 @@ def _outcomes(
     )
     if pool is None:
         for job in jobs:
-            yield from (sampler.sample(split, scfg, families, i) for i in range(job[3], job[4]))
+            yield from (
+                encode(sampler.sample(split, scfg, families, i)) for i in range(job[3], job[4])
+            )
         return
     pending = deque(pool.apply_async(_run_chunk, (job,)) for job in islice(jobs, 2 * workers))
     while pending:
@@ -150,32 +183,30 @@ def _write_split(
     started = time.perf_counter()
     writer = ShardWriter(split_dir(out_dir, split), cfg.shard_size)
 
-    def emit(record: dict[str, Any]) -> None:
-        writer.write(record)
+    def emit(sample: Encoded) -> None:
+        writer.write(sample.line)
         st["n"] += 1
-        st["families"][record["family"]] += 1
-        st["tokens"] += record["meta"]["approx_tokens"]
-        st["turns"][record["meta"]["turns"]] += 1
-        st["depth"][record["depth"]] += 1
-        st["recoveries"] += record["meta"]["recovery"] is not None
+        st["families"][sample.family] += 1
+        st["tokens"] += sample.tokens
+        st["turns"][sample.turns] += 1
+        st["depth"][sample.depth] += 1
+        st["recoveries"] += sample.recovered
 
     families = eligible_families(registry, split, scfg.families)
     limit = scfg.n * cfg.max_attempts_factor
     seen: set[str] = set()
-    held: list[dict[str, Any]] = []  # curriculum splits are sorted before writing
+    held: list[Encoded] = []  # curriculum splits are sorted before writing
     accepted = 0
     if scfg.n:
-        for outcome in _outcomes(split, scfg, families, sampler, pool, cfg.workers, limit):
+        for sample in _outcomes(split, scfg, families, sampler, pool, cfg.workers, limit):
             st["attempts"] += 1
-            record, reason = outcome.record, outcome.reason
-            if record is not None and content_key(record) in seen:
-                record, reason = None, "duplicate"
-            if record is None:
+            reason = "duplicate" if sample.reason is None and sample.key in seen else sample.reason
+            if reason is not None:
                 st["rejections"][reason] += 1
                 continue
-            seen.add(content_key(record))
+            seen.add(sample.key)
             accepted += 1
-            held.append(record) if scfg.curriculum else emit(record)
+            held.append(sample) if scfg.curriculum else emit(sample)
             if accepted == scfg.n:
                 break
     if accepted < scfg.n:
@@ -183,10 +214,10 @@ def _write_split(
         raise SynthError(
             f"split '{split}': {accepted} of {scfg.n} samples after {limit} draws ({top})"
         )
-    for record in sorted(held, key=lambda r: r["depth"]):
-        emit(record)
+    for sample in sorted(held, key=lambda e: e.depth):
+        emit(sample)
     for i in range(scfg.copy_items):
-        emit(sampler.copy_item(split, i).record)  # type: ignore[arg-type]
+        emit(encode(sampler.copy_item(split, i)))
     writer.close()
     st["seconds"] = round(time.perf_counter() - started, 3)
     return st
@@ -209,6 +240,7 @@ def synthesize(
         ctx.set_forkserver_preload(["agentrl.synth.sampler"])
         pool = ctx.Pool(cfg.workers, _init_worker, (cfg.model_dump_json(), seed))
     stats: dict[str, Any] = {}
+    failed = True
     try:
         with Progress(disable=not progress) as bar:
             splits = [s for s in SPLITS if s in cfg.splits]
@@ -217,7 +249,10 @@ def synthesize(
                 bar.update(task, description=f"synth {split}")
                 stats[split] = _write_split(split, cfg, registry, sampler, pool, out_dir)
                 bar.advance(task)
+        failed = False
     finally:
         if pool is not None:
-            pool.terminate()
+            # close waits for the small look-ahead window; terminate only on failure
+            pool.terminate() if failed else pool.close()
+            pool.join()
     return stats

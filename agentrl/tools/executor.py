@@ -7,6 +7,7 @@ metrics count.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,10 +65,12 @@ class ToolSet:
         self.functions = functions
         self.surfaces = surfaces
         self._by_surface = {s.name: canonical for canonical, s in surfaces.items()}
+        # the schemas as shown, computed once: validation reads them on every call
+        self._shown = {c: s.apply(canonical_schema(functions[c])) for c, s in surfaces.items()}
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
-        return [s.apply(canonical_schema(self.functions[c])) for c, s in self.surfaces.items()]
+        return copy.deepcopy(list(self._shown.values()))
 
     def canonical_call(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Surface call -> (canonical tool, canonical args); assumes the call validated."""
@@ -92,10 +95,7 @@ class ToolSet:
             return Observation(
                 f"Error: arguments of '{name}' must be a JSON object.", False, "bad_arguments"
             )
-        schema = self.surfaces[self._by_surface[name]].apply(
-            canonical_schema(self.functions[self._by_surface[name]])
-        )
-        params = schema["function"]["parameters"]
+        params = self._shown[self._by_surface[name]]["function"]["parameters"]
         props = params["properties"]
         expected = ", ".join(props)
         for key in arguments:
