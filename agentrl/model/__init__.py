@@ -1,0 +1,1 @@
+"""Tokenizer training, tiny models from config, and loading/saving in HF form."""
