@@ -41,6 +41,7 @@ format: install
 
 bench: install
 	python bench/synth_throughput.py
+	python bench/train_throughput.py
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns mlartifacts

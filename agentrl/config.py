@@ -159,10 +159,85 @@ class SynthSection(Strict):
         return self
 
 
+class ModelSection(Strict):
+    """The policy: a tiny model built from these sizes, or a real one by HF id or path."""
+
+    source: str = Field(
+        "tiny",
+        description="'tiny': train a tokenizer and build a model from the sizes below; "
+        "else an HF model id or local path (GPU profiles), loaded with its tokenizer.",
+    )
+    format: Literal["hermes", "xml"] = Field(
+        "hermes", description="Tool-call format (agentrl/chat)."
+    )
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    vocab_size: int = Field(2048, ge=256, description="BPE vocabulary, format tokens included.")
+    tokenizer_samples: int = Field(
+        20000, ge=1, description="midtrain records the BPE is trained on."
+    )
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(512, ge=8)
+    context: int = Field(1024, ge=64, description="max_position_embeddings of the tiny model.")
+    tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelSection:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+        return self
+
+
+class FormatCheckSection(Strict):
+    samples: int = Field(100, ge=0, description="Tasks per split decoded greedily after sft.")
+    max_new_tokens: int = Field(128, ge=8)
+    batch_size: int = Field(32, ge=1)
+
+
+class TrainSection(Strict):
+    """One DeepSpeed LM training run (midtrain: all tokens; sft: assistant tokens only)."""
+
+    loss_on: Literal["all", "assistant"] = Field(
+        "all", description="'assistant' masks system, user and tool-response tokens (SFT)."
+    )
+    context: int = Field(512, ge=32, description="Packed row length in tokens.")
+    overlong: Literal["drop", "truncate"] = Field(
+        "drop", description="Samples longer than context."
+    )
+    packing: bool = Field(
+        True,
+        description="Pack documents per row (positions reset, attention "
+        "kept inside each document); False pads one document per row.",
+    )
+    micro_batch_size: int = Field(4, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_steps: int = Field(1000, ge=1, description="Optimizer steps; data repeats as needed.")
+    max_samples: int | None = Field(None, ge=1, description="Use only the first N records.")
+    lr: float = Field(3e-3, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine decays to lr * this.")
+    warmup_steps: int = Field(50, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = Field(1.0, gt=0)
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
+    offload_optimizer: bool = Field(False, description="ZeRO optimizer state on CPU (stage >= 1).")
+    eval_fraction: float = Field(0.02, ge=0, lt=0.5, description="Records held out for eval loss.")
+    eval_every: int = Field(200, ge=1)
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(200, ge=1, description="Steps between resumable checkpoints.")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default.")
+    format_check: FormatCheckSection = FormatCheckSection()
+
+
 class Params(Strict):
     base: BaseSection = BaseSection()
     tracking: TrackingSection = TrackingSection()
     synth: SynthSection
+    model: ModelSection = ModelSection()
+    midtrain: TrainSection = TrainSection()
+    sft: TrainSection = TrainSection(loss_on="assistant")
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")

@@ -156,7 +156,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def read_split(root: Path, split: str) -> list[dict[str, Any]]:
-    from agentrl.synth.pipeline import split_dir
+    from agentrl.dataset import split_dir
 
     records = []
     for shard in sorted(split_dir(root, split).glob("shard-*.jsonl")):

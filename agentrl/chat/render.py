@@ -91,6 +91,15 @@ def render_text(
     return "".join(parts), spans
 
 
+def _mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    mask, j = [], 0
+    for start, _ in offsets:
+        while j < len(spans) and spans[j][1] <= start:
+            j += 1
+        mask.append(int(j < len(spans) and spans[j][0] <= start < spans[j][1]))
+    return mask
+
+
 def render_ids(
     tokenizer: Any,
     fmt: ChatFormat,
@@ -99,12 +108,26 @@ def render_ids(
     add_generation_prompt: bool = False,
 ) -> tuple[list[int], list[int]]:
     """(token ids, assistant mask) — mask 1 for tokens the assistant wrote."""
-    text, spans = render_text(fmt, messages, tools, add_generation_prompt)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = []
-    j = 0
-    for start, _ in encoded["offset_mapping"]:
-        while j < len(spans) and spans[j][1] <= start:
-            j += 1
-        mask.append(int(j < len(spans) and spans[j][0] <= start < spans[j][1]))
-    return list(encoded["input_ids"]), mask
+    return render_ids_batch(tokenizer, fmt, [(messages, tools)], add_generation_prompt)[0]
+
+
+def render_ids_batch(
+    tokenizer: Any,
+    fmt: ChatFormat,
+    conversations: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]],
+    add_generation_prompt: bool = False,
+) -> list[tuple[list[int], list[int]]]:
+    """``render_ids`` for many conversations, tokenized in one (parallel) call."""
+    rendered = [
+        render_text(fmt, messages, tools, add_generation_prompt)
+        for messages, tools in conversations
+    ]
+    encoded = tokenizer(
+        [text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True
+    )
+    return [
+        (list(ids), _mask(offsets, spans))
+        for ids, offsets, (_, spans) in zip(
+            encoded["input_ids"], encoded["offset_mapping"], rendered, strict=True
+        )
+    ]

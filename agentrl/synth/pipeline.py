@@ -20,7 +20,8 @@ from typing import Any
 
 from rich.progress import Progress
 
-from agentrl.config import EVAL_SPLITS, SPLITS, ConfigError, SplitSection, SynthSection
+from agentrl.config import SPLITS, ConfigError, SplitSection, SynthSection
+from agentrl.dataset import split_dir
 from agentrl.envs.registry import PluginError, Registry
 from agentrl.errors import StageError
 from agentrl.synth.sampler import Outcome, Sampler, eligible_families
@@ -31,10 +32,6 @@ CHUNK = 32
 
 class SynthError(StageError):
     """A split could not be filled: its knobs make (almost) every sample fail."""
-
-
-def split_dir(root: Path, split: str) -> Path:
-    return root / "eval" / split if split in EVAL_SPLITS else root / split
 
 
 def content_key(record: dict[str, Any]) -> str:

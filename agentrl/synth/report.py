@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import SPLITS
-from agentrl.synth.pipeline import split_dir
+from agentrl.dataset import split_dir
 
 
 def summarize(stats: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Evaluation: first-turn format checks now; the full eval runner comes with the eval stage."""

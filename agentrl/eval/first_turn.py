@@ -1,0 +1,68 @@
+"""Greedy first-turn decoding: does the model emit a valid call, and exactly the right one?
+
+Validity: the output parses without errors into at least one call that names an offered
+tool with arguments valid against its schema. Exact: the first call equals the reference
+trajectory's first call (tool and every argument value, copied from the task).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.chat import ChatFormat, parse, render_ids
+from agentrl.envs.registry import Registry
+
+
+@torch.no_grad()
+def first_turn_check(
+    model: Any,
+    tokenizer: Any,
+    fmt: ChatFormat,
+    registry: Registry,
+    records: list[dict[str, Any]],
+    max_new_tokens: int,
+    batch_size: int,
+) -> dict[str, float]:
+    model.eval()
+    valid = exact = 0
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        prompts = [
+            render_ids(tokenizer, fmt, r["messages"][:1], r["tools"], add_generation_prompt=True)[0]
+            for r in chunk
+        ]
+        width = max(map(len, prompts))
+        ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            attention[i, width - len(prompt) :] = 1
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=attention,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=end_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        for record, row in zip(chunk, out[:, width:].tolist(), strict=True):
+            text = tokenizer.decode(row, skip_special_tokens=False)
+            parsed = parse(text, fmt, record["tools"])
+            tools, _ = registry.bind(record["env"])
+            ok = (
+                bool(parsed.calls)
+                and not parsed.errors
+                and all(tools.validate(c.name, c.arguments) is None for c in parsed.calls)
+            )
+            valid += ok
+            reference = record["messages"][1]["tool_calls"][0]["function"]
+            exact += (
+                ok
+                and parsed.calls[0].name == reference["name"]
+                and parsed.calls[0].arguments == reference["arguments"]
+            )
+    n = max(1, len(records))
+    return {"tool_call_validity": valid / n, "first_call_exact": exact / n, "samples": len(records)}

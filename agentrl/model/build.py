@@ -1,0 +1,77 @@
+"""Models: a tiny Qwen2/Llama causal LM from config, real HF models for GPU profiles, and
+loading a saved model directory with errors that say what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedModel,
+    Qwen2Config,
+)
+
+from agentrl.chat.formats import ChatFormat
+from agentrl.config import ModelSection
+from agentrl.errors import StageError
+from agentrl.model.tokenizer import check_tokenizer
+
+
+class ModelError(StageError):
+    """A model directory that is missing, corrupt, or does not fit the chat format."""
+
+
+def build_tiny(cfg: ModelSection, tokenizer: Any, seed: int) -> PreTrainedModel:
+    """A randomly initialised causal LM sized by ``cfg`` for ``tokenizer``'s vocabulary."""
+    common = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "intermediate_size": cfg.intermediate_size,
+        "max_position_embeddings": cfg.context,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "bos_token_id": None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    config = Qwen2Config(**common) if cfg.arch == "qwen2" else LlamaConfig(**common)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def load_hf(source: str, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
+    """A real model by HF id or path (GPU profiles), with our chat template and tokens added."""
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+    missing = check_tokenizer(tokenizer, fmt)
+    if missing:
+        tokenizer.add_tokens(missing)
+        model.resize_token_embeddings(len(tokenizer))
+    tokenizer.chat_template = fmt.template
+    return model, tokenizer
+
+
+def load_model_dir(path: Path, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
+    """Load a model saved by a stage; missing files and unfit tokenizers are ModelErrors."""
+    if not path.is_dir():
+        raise ModelError(f"{path}: model directory not found (run the upstream stage)")
+    for name in ("config.json", "tokenizer.json"):
+        if not (path / name).is_file():
+            raise ModelError(f"{path}: {name} is missing; the directory is not a saved model")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise ModelError(
+            f"{path}: cannot load the model: {str(err).splitlines()[0][:200]}"
+        ) from err
+    missing = check_tokenizer(tokenizer, fmt)
+    if missing:
+        raise ModelError(f"{path}: tokenizer lacks the '{fmt.name}' format tokens {missing}")
+    return model, tokenizer

@@ -1,0 +1,1 @@
+"""One DeepSpeed training loop for LM objectives (midtrain, sft): data, packing, loop."""

@@ -1,0 +1,263 @@
+"""The DeepSpeed training loop shared by midtrain and sft.
+
+Runs as one process on CPU without a launcher (torch.distributed on gloo is set up here)
+or under `deepspeed`/`torchrun` with several processes (each rank takes every world-th
+micro-batch). Resumable: checkpoints hold model, optimizer, scheduler, RNG, step and the
+metric history; the data position is a pure function of the step, so resume needs no
+loader state. A checkpoint made with other params or another input model is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agentrl.config import TrainSection
+from agentrl.train.data import Row, collate
+
+META = "agentrl_meta.json"
+
+
+def setup_distributed() -> tuple[int, int]:
+    """(rank, world size); a lone process gets a gloo group of one on a free port."""
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            os.environ.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK="0",
+                WORLD_SIZE="1",
+                LOCAL_RANK="0",
+            )
+        deepspeed.init_distributed(
+            dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False
+        )
+    return dist.get_rank(), dist.get_world_size()
+
+
+def ds_config(cfg: TrainSection, world: int) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer and cfg.zero_stage >= 1:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "train_batch_size": cfg.micro_batch_size * cfg.grad_accum * world,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": zero,
+        "bf16": {"enabled": torch.cuda.is_available()},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def cosine_with_warmup(cfg: TrainSection) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (
+            1 + math.cos(math.pi * min(1.0, progress))
+        )
+
+    return factor
+
+
+def lm_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Mean next-token loss over target tokens, and their count."""
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+    ).logits
+    labels = batch["labels"][:, 1:]
+    count = int((labels != -100).sum())
+    loss = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+    )
+    return loss / max(1, count), count
+
+
+@dataclass
+class TrainResult:
+    step: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    resumed_from: int = 0
+    seconds: float = 0.0
+
+
+class Trainer:
+    def __init__(self, cfg: TrainSection, model: Any, pad_id: int, seed: int, fingerprint: str):
+        import deepspeed
+
+        self.cfg = cfg
+        self.rank, self.world = setup_distributed()
+        self.pad_id = pad_id
+        self.seed = seed
+        self.fingerprint = fingerprint
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+            betas=cfg.betas,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_with_warmup(cfg))
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            lr_scheduler=scheduler,
+            config=ds_config(cfg, self.world),
+        )
+
+    def micro_batch(self, rows: list[Row], index: int) -> dict[str, torch.Tensor]:
+        """The ``index``-th micro-batch of this rank: epochs reshuffle rows deterministically."""
+        per_epoch = max(1, len(rows) // self.cfg.micro_batch_size)
+        global_index = index * self.world + self.rank
+        epoch, offset = divmod(global_index, per_epoch)
+        order = np.random.default_rng(self.seed + epoch).permutation(len(rows))
+        chosen = order[
+            offset * self.cfg.micro_batch_size : (offset + 1) * self.cfg.micro_batch_size
+        ]
+        return collate([rows[i] for i in chosen], self.cfg.context, self.pad_id)
+
+    def evaluate(self, rows: list[Row]) -> float:
+        self.engine.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(rows), self.cfg.micro_batch_size):
+                batch = collate(
+                    rows[start : start + self.cfg.micro_batch_size], self.cfg.context, self.pad_id
+                )
+                loss, n = lm_loss(self.engine, batch)
+                total, count = total + float(loss) * n, count + n
+        self.engine.train()
+        return total / max(1, count)
+
+    def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
+        meta = ckpt / META
+        if (
+            not meta.is_file()
+            or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint
+        ):
+            if self.rank == 0 and ckpt.exists():
+                shutil.rmtree(ckpt)  # made with other params or inputs: not ours to continue
+            return 0, []
+        _, client = self.engine.load_checkpoint(str(ckpt))
+        if client is None:
+            return 0, []
+        torch.set_rng_state(client["torch_rng"])
+        random.setstate(client["python_rng"])
+        return int(client["step"]), list(client["history"])
+
+    def _checkpoint(self, ckpt: Path, step: int, history: list[dict[str, float]]) -> None:
+        client = {
+            "step": step,
+            "history": history,
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        }
+        self.engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state=client)
+        if self.rank == 0:
+            (ckpt / META).write_text(json.dumps({"fingerprint": self.fingerprint, "step": step}))
+            for old in ckpt.glob("step*"):
+                if old.name != f"step{step}":
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def train(
+        self,
+        rows: list[Row],
+        eval_rows: list[Row],
+        ckpt: Path,
+        on_log: Callable[[int, dict[str, float]], None],
+        progress: bool = True,
+    ) -> TrainResult:
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        start, history = self._resume(ckpt)
+        result = TrainResult(step=start, history=history, resumed_from=start)
+        began = time.perf_counter()
+        window = {"loss": 0.0, "tokens": 0, "pad": 0, "slots": 0, "time": 0.0, "n": 0}
+        bar = tqdm(
+            total=cfg.max_steps, initial=start, desc="train", disable=not progress or self.rank != 0
+        )
+        for step in range(start, cfg.max_steps):
+            tick = time.perf_counter()
+            norm = None
+            for micro in range(cfg.grad_accum):
+                batch = self.micro_batch(rows, step * cfg.grad_accum + micro)
+                loss, _ = lm_loss(self.engine, batch)
+                self.engine.backward(loss)
+                if micro == cfg.grad_accum - 1 and cfg.zero_stage == 0:
+                    # ZeRO-0 keeps no global norm; read it before DeepSpeed clips and steps
+                    grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+                    norm = float(
+                        torch.linalg.vector_norm(
+                            torch.stack([torch.linalg.vector_norm(g) for g in grads])
+                        )
+                    )
+                self.engine.step()
+                window["loss"] += loss.item() / cfg.grad_accum
+                window["tokens"] += int(batch["input_ids"].numel() - batch["pad_tokens"])
+                window["pad"] += int(batch["pad_tokens"])
+                window["slots"] += int(batch["input_ids"].numel())
+            window["time"] += time.perf_counter() - tick
+            window["n"] += 1
+            bar.update(1)
+            done = step + 1
+            evaluate = bool(eval_rows) and (done % cfg.eval_every == 0 or done == cfg.max_steps)
+            if done % cfg.log_every == 0 or done == cfg.max_steps or evaluate:
+                norm = self.engine.get_global_grad_norm() if norm is None else norm
+                metrics = {
+                    "loss": window["loss"] / window["n"],
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "grad_norm": float(norm) if norm is not None else float("nan"),
+                    "tokens_per_s": window["tokens"] * self.world / max(window["time"], 1e-9),
+                    "padding_share": window["pad"] / max(1, window["slots"]),
+                    "step_time_s": window["time"] / window["n"],
+                }
+                if evaluate:
+                    metrics["eval_loss"] = self.evaluate(eval_rows)
+                history.append({"step": done, **metrics})
+                on_log(done, metrics)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+                window = dict.fromkeys(window, 0.0)
+                window["n"] = 0
+            if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
+                self._checkpoint(ckpt, done, history)
+        bar.close()
+        result.step, result.history = cfg.max_steps, history
+        result.seconds = time.perf_counter() - began
+        return result
+
+    def unwrapped(self) -> Any:
+        return self.engine.module

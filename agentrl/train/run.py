@@ -1,0 +1,128 @@
+"""A complete LM training stage (midtrain or sft): data -> DeepSpeed loop -> saved model.
+
+Rank 0 writes every output atomically: the model and tokenizer with save_pretrained,
+``run.json``, ``metrics/<stage>.json`` and ``plots/<stage>.tsv`` (the whole history,
+resumed runs included).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.chat import get_format
+from agentrl.config import Params, digest
+from agentrl.dataset import iter_records, split_dir
+from agentrl.errors import StageError
+from agentrl.model.build import load_model_dir
+from agentrl.tracking import content_digest, stage_run
+from agentrl.train.data import build_examples, is_heldout, pack
+from agentrl.train.loop import Trainer
+
+PLOT_COLUMNS = (
+    "step",
+    "loss",
+    "eval_loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "padding_share",
+    "step_time_s",
+)
+
+
+def write_plot(path: Path, history: list[dict[str, float]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, PLOT_COLUMNS, delimiter="\t", extrasaction="ignore", restval="")
+    writer.writeheader()
+    writer.writerows(history)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(buffer.getvalue())
+    tmp.replace(path)
+
+
+def train_stage(
+    stage: str, params: Params, source: Path, split: str, after: Any = None
+) -> dict[str, Any]:
+    """Train ``stage`` from the model in ``source`` on data split ``split``.
+
+    ``after(model, tokenizer, run)`` may add metrics (sft's format check) before saving.
+    """
+    cfg = getattr(params, stage)
+    fmt = get_format(params.model.format)
+    paths = params.base.paths
+    data = split_dir(Path(paths.data) / "synth", split)
+    out = Path(paths.models) / stage
+    ckpt = Path(paths.checkpoints) / stage
+    model, tokenizer = load_model_dir(source, fmt)
+    if cfg.context > model.config.max_position_embeddings:
+        raise StageError(
+            f"{stage}.context={cfg.context} exceeds the model's {model.config.max_position_embeddings} positions"
+        )
+    records = list(iter_records(Path(paths.data) / "synth", split, cfg.max_samples))
+    train_records = [r for r in records if not is_heldout(r["id"], cfg.eval_fraction)]
+    eval_records = [r for r in records if is_heldout(r["id"], cfg.eval_fraction)]
+    train_examples, stats = build_examples(
+        train_records, tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong
+    )
+    eval_examples, _ = build_examples(
+        eval_records, tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong
+    )
+    if not train_examples:
+        raise StageError(f"{data}: no usable training example ({asdict(stats)})")
+    rows = pack(train_examples, cfg.context, params.base.seed, cfg.packing)
+    eval_rows = pack(eval_examples, cfg.context, params.base.seed, cfg.packing)[:64]
+    sections = {stage: params.section_dict(stage), "model.format": params.model.format}
+    fingerprint = digest([sections, content_digest(source), content_digest(data)])
+    # under a launcher only rank 0 tracks and writes
+    rank = int(os.environ.get("RANK", "0"))
+    tracked = stage_run(stage, params.tracking, sections, {"model": source, "data": data})
+    with tracked if rank == 0 else nullcontext() as run:
+        trainer = Trainer(cfg, model, tokenizer.pad_token_id, params.base.seed, fingerprint)
+        if stats.dropped_overlong or stats.truncated:
+            print(
+                f"{stage}: {stats.dropped_overlong} overlong samples dropped, {stats.truncated} truncated"
+            )
+        result = trainer.train(
+            rows,
+            eval_rows,
+            ckpt,
+            lambda step, m: run.log_metrics(m, step=step) if trainer.rank == 0 else None,
+        )
+        metrics: dict[str, Any] = {}
+        if trainer.rank == 0:
+            last = result.history[-1]
+            metrics = {
+                "steps": result.step,
+                "resumed_from": result.resumed_from,
+                "loss": round(last["loss"], 4),
+                "eval_loss": round(last.get("eval_loss", float("nan")), 4),
+                "tokens_per_s": round(
+                    sum(h["tokens_per_s"] for h in result.history) / len(result.history), 1
+                ),
+                "padding_share": round(
+                    sum(h["padding_share"] for h in result.history) / len(result.history), 4
+                ),
+                "train_seconds": round(result.seconds, 1),
+                "rows": len(rows),
+                "data": asdict(stats),
+            }
+            model = trainer.unwrapped()
+            if after is not None:
+                metrics |= after(model, tokenizer, run)
+            run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})
+            run.log_dict(metrics, f"{stage}_summary.json")
+            with atomic_dir(out) as tmp:
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+                run.write_run_file(tmp)
+            write_json_atomic(Path(paths.metrics) / f"{stage}.json", metrics)
+            write_plot(Path(paths.plots) / f"{stage}.tsv", result.history)
+        return metrics
