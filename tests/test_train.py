@@ -152,8 +152,9 @@ def test_sft_labels_only_assistant_tokens(project: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(project / "models" / "base")
     fmt = get_format("hermes")
     records = read_split(project / "data" / "synth", "sft")[:5]
-    examples, stats = build_examples(records, tokenizer, fmt, "assistant", 512, "drop")
-    for example, record in zip(examples, records, strict=False):
+    examples, stats = build_examples(records, tokenizer, fmt, "assistant", 100_000, "drop")
+    assert stats.dropped_overlong == 0
+    for example, record in zip(examples, records, strict=True):
         _, mask = render_ids(tokenizer, fmt, record["messages"], record["tools"])
         assert example.loss_mask == mask
         targets = tokenizer.decode(

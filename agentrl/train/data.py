@@ -107,8 +107,9 @@ def pack(examples: list[Example], context: int, seed: int, packing: bool) -> lis
         row = rows[at]
         doc = row.docs[-1] + 1 if row.docs else 0
         row.ids += example.ids
-        row.loss_mask += [0] + example.loss_mask[
-            1:
+        row.loss_mask += [
+            0,
+            *example.loss_mask[1:],
         ]  # a document's first token has no in-document context
         row.positions += list(range(size))
         row.docs += [doc] * size
