@@ -175,6 +175,11 @@ class ModelSection(Strict):
     tokenizer_samples: int = Field(
         20000, ge=1, description="midtrain records the BPE is trained on."
     )
+    syllable_tokens: bool = Field(
+        False,
+        description="Every world syllable (lower and capitalised) is one token, so unseen entity "
+        "names are sequences of known tokens (DESIGN.md: tokenization that makes copying easy).",
+    )
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(2, ge=1)
     num_heads: int = Field(4, ge=1)

@@ -17,6 +17,7 @@ from agentrl.atomic import atomic_dir
 from agentrl.chat import get_format, render_text
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
+from agentrl.envs.world import SYLLABLES
 from agentrl.model.build import build_tiny, load_hf
 from agentrl.model.tokenizer import train_tokenizer
 from agentrl.stage import run_stage
@@ -39,7 +40,12 @@ def main() -> None:
         if cfg.source == "tiny":
             records = iter_records(synth, "midtrain", cfg.tokenizer_samples)
             texts = (render_text(fmt, r["messages"], r["tools"] or None)[0] for r in records)
-            tokenizer = train_tokenizer(texts, fmt, cfg.vocab_size)
+            pieces = (
+                [form for s in SYLLABLES for form in (s, s.capitalize())]
+                if cfg.syllable_tokens
+                else []
+            )
+            tokenizer = train_tokenizer(texts, fmt, cfg.vocab_size, word_pieces=pieces)
             model = build_tiny(cfg, tokenizer, params.base.seed)
         else:
             model, tokenizer = load_hf(cfg.source, fmt)

@@ -23,7 +23,13 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
     params = load_params(args.params)
-    train_stage("midtrain", params, Path(params.base.paths.models) / "base", "midtrain")
+    train_stage(
+        "midtrain",
+        params,
+        Path(params.base.paths.models) / "base",
+        "midtrain",
+        params_file=args.params,
+    )
 
 
 if __name__ == "__main__":

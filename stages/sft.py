@@ -55,6 +55,7 @@ def main() -> None:
         Path(params.base.paths.models) / "midtrain",
         "sft",
         after=format_check if check.samples else None,
+        params_file=args.params,
     )
 
 

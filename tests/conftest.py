@@ -73,6 +73,45 @@ def small_params(**synth_overrides: Any) -> dict[str, Any]:
     }
 
 
+TINY_MODEL = {
+    "format": "hermes",  # dvc.yaml reads model.format from params.yaml, so it must be written out
+    "vocab_size": 512,
+    "tokenizer_samples": 200,
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "intermediate_size": 64,
+    "context": 512,
+}
+TRAIN = {
+    "context": 512,
+    "micro_batch_size": 2,
+    "max_steps": 40,
+    "log_every": 5,
+    "eval_every": 10,
+    "checkpoint_every": 10,
+    "warmup_steps": 2,
+    "threads": 1,
+}
+
+
+def project_params(**train) -> dict:
+    params = small_params()
+    params["model"] = TINY_MODEL
+    params["midtrain"] = TRAIN | train
+    params["sft"] = (
+        TRAIN
+        | {
+            "loss_on": "assistant",
+            "max_steps": 10,
+            "format_check": {"samples": 8, "max_new_tokens": 48},
+        }
+        | train
+    )
+    return params
+
+
 def write_params(path: Path, params: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, small_params, stage_env, write_params
+from conftest import ROOT, project_params, stage_env, write_params
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.tracking import content_digest
 
@@ -43,7 +44,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
     shutil.copy(ROOT / ".gitignore", repo)
-    write_params(repo / "params.yaml", small_params())
+    write_params(repo / "params.yaml", project_params(max_steps=6, checkpoint_every=100))
     _ok(repo, "git", "init", "-q")
     _ok(repo, "dvc", "init", "-q")
     _ok(repo, "dvc", "config", "core.analytics", "false")
@@ -52,19 +53,24 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def test_repro_runs_then_is_a_noop_then_reruns_on_a_param_change(repo: Path) -> None:
+def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo: Path) -> None:
     out = _ok(repo, "dvc", "repro")
-    assert "Running stage 'synth'" in out
+    for name in ("synth", "init", "midtrain", "sft"):
+        assert f"Running stage '{name}'" in out
     run_file = repo / "data" / "synth" / "run.json"
     first = json.loads(run_file.read_text())["run_id"]
     assert (repo / "mlflow.db").is_file()  # default store: sqlite at the repository root
-    metrics = json.loads((repo / "metrics" / "synth.json").read_text())
-    assert metrics["splits"]["test"]["samples"] == 30
+    model = AutoModelForCausalLM.from_pretrained(repo / "models" / "sft")
+    tokenizer = AutoTokenizer.from_pretrained(repo / "models" / "sft")
+    assert model.config.vocab_size == len(tokenizer)
+    sft = json.loads((repo / "models" / "sft" / "run.json").read_text())["run_id"]
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["synth"]["params"]["params.yaml"]["synth"]["splits"]["test"]["n"] == 30
+    shown = _ok(repo, "dvc", "metrics", "show")
+    assert all(f"metrics/{name}.json" in shown for name in ("synth", "midtrain", "sft"))
 
     again = _ok(repo, "dvc", "repro")
-    assert "Running stage" not in again and "didn't change" in again
+    assert "Running stage" not in again
     assert json.loads(run_file.read_text())["run_id"] == first
     assert "up to date" in _ok(repo, "dvc", "status")
 
@@ -73,15 +79,22 @@ def test_repro_runs_then_is_a_noop_then_reruns_on_a_param_change(repo: Path) -> 
     write_params(repo / "params.yaml", params)
     assert "up to date" in _ok(repo, "dvc", "status")
 
-    params["synth"]["splits"]["test"]["n"] = 12
+    params["synth"]["splits"]["heldout_compose"]["n"] = 12  # consumed by no trained stage
     write_params(repo / "params.yaml", params)
-    assert "Running stage 'synth'" in _ok(repo, "dvc", "repro")
-    assert json.loads(run_file.read_text())["run_id"] != first
+    out = _ok(repo, "dvc", "repro")
     assert (
-        json.loads((repo / "metrics" / "synth.json").read_text())["splits"]["test"]["samples"] == 12
+        "Running stage 'synth'" in out
+        and "Running stage 'init'" not in out
+        and "Running stage 'sft'" not in out
     )
-    shown = _ok(repo, "dvc", "metrics", "show", "--json")
-    assert '"samples": 12' in shown.replace(" ", "").replace('"samples":12', '"samples": 12')
+    assert json.loads(run_file.read_text())["run_id"] != first
+    assert json.loads((repo / "models" / "sft" / "run.json").read_text())["run_id"] == sft
+    assert (
+        json.loads((repo / "metrics" / "synth.json").read_text())["splits"]["heldout_compose"][
+            "samples"
+        ]
+        == 12
+    )
 
 
 def test_bad_params_fail_repro_and_the_cache_restores_outputs(repo: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, free_port, small_params, stage_env, write_params
+from conftest import ROOT, TINY_MODEL, free_port, project_params, stage_env, write_params
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.chat import get_format, render_ids
@@ -23,43 +23,6 @@ from agentrl.config import ModelSection
 from agentrl.model.build import build_tiny
 from agentrl.model.tokenizer import train_tokenizer
 from agentrl.train.data import Example, build_examples, collate, pack
-
-TINY_MODEL = {
-    "vocab_size": 512,
-    "tokenizer_samples": 200,
-    "hidden_size": 32,
-    "num_layers": 1,
-    "num_heads": 2,
-    "num_kv_heads": 1,
-    "intermediate_size": 64,
-    "context": 512,
-}
-TRAIN = {
-    "context": 512,
-    "micro_batch_size": 2,
-    "max_steps": 40,
-    "log_every": 5,
-    "eval_every": 10,
-    "checkpoint_every": 10,
-    "warmup_steps": 2,
-    "threads": 1,
-}
-
-
-def project_params(**train) -> dict:
-    params = small_params()
-    params["model"] = TINY_MODEL
-    params["midtrain"] = TRAIN | train
-    params["sft"] = (
-        TRAIN
-        | {
-            "loss_on": "assistant",
-            "max_steps": 10,
-            "format_check": {"samples": 8, "max_new_tokens": 48},
-        }
-        | train
-    )
-    return params
 
 
 def stage(
@@ -294,3 +257,20 @@ def test_bad_inputs_fail_clearly(
         not (tmp_path / "models" / "midtrain").exists()
         and not (tmp_path / "metrics" / "midtrain.json").exists()
     )
+
+
+def test_context_beyond_the_model_is_a_config_error(project: Path, tmp_path: Path) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["midtrain"]["context"] = 4096
+    params["base"]["paths"] |= {
+        "models": str(project / "models"),
+        "data": str(project / "data"),
+        "metrics": str(tmp_path / "metrics"),
+        "checkpoints": str(tmp_path / "ckpt"),
+    }
+    write_params(tmp_path / "params.yaml", params)
+    proc = stage(tmp_path, "midtrain", params=str(tmp_path / "params.yaml"))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out[-2000:]
+    assert f"{tmp_path / 'params.yaml'}: midtrain.context: 4096 exceeds the 512 positions" in out
+    assert not (tmp_path / "metrics").exists()

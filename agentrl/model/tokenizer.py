@@ -17,9 +17,18 @@ from agentrl.chat.formats import END_OF_TEXT, IM_END, ChatFormat
 
 
 def train_tokenizer(
-    texts: Iterable[str], fmt: ChatFormat, vocab_size: int, min_frequency: int = 2
+    texts: Iterable[str],
+    fmt: ChatFormat,
+    vocab_size: int,
+    min_frequency: int = 2,
+    word_pieces: Iterable[str] = (),
 ) -> PreTrainedTokenizerFast:
-    """A byte-level BPE over ``texts`` with ``fmt``'s special and added tokens."""
+    """A byte-level BPE over ``texts`` with ``fmt``'s special and added tokens.
+
+    ``word_pieces`` become whole tokens too: with the world's syllables, an entity name
+    never seen in training is still a sequence of known tokens, so copying it is copying
+    tokens the model has copied before.
+    """
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -45,6 +54,11 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(list(fmt.added_tokens))
+    pieces = [
+        p for p in dict.fromkeys(word_pieces) if len(fast.encode(p, add_special_tokens=False)) > 1
+    ]
+    if pieces:
+        fast.add_tokens(pieces)
     return fast
 
 

@@ -204,6 +204,8 @@ class Trainer:
 
         cfg = self.cfg
         start, history = self._resume(ckpt)
+        if self.rank == 0:  # a declared DVC output, even when the run is shorter than one interval
+            ckpt.mkdir(parents=True, exist_ok=True)
         result = TrainResult(step=start, history=history, resumed_from=start)
         began = time.perf_counter()
         window = {"loss": 0.0, "tokens": 0, "pad": 0, "slots": 0, "time": 0.0, "n": 0}

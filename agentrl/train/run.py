@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrl.atomic import atomic_dir, write_json_atomic
 from agentrl.chat import get_format
-from agentrl.config import Params, digest
+from agentrl.config import ConfigError, Params, digest
 from agentrl.dataset import iter_records, split_dir
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
@@ -49,7 +49,12 @@ def write_plot(path: Path, history: list[dict[str, float]]) -> None:
 
 
 def train_stage(
-    stage: str, params: Params, source: Path, split: str, after: Any = None
+    stage: str,
+    params: Params,
+    source: Path,
+    split: str,
+    after: Any = None,
+    params_file: str = "params.yaml",
 ) -> dict[str, Any]:
     """Train ``stage`` from the model in ``source`` on data split ``split``.
 
@@ -63,8 +68,9 @@ def train_stage(
     ckpt = Path(paths.checkpoints) / stage
     model, tokenizer = load_model_dir(source, fmt)
     if cfg.context > model.config.max_position_embeddings:
-        raise StageError(
-            f"{stage}.context={cfg.context} exceeds the model's {model.config.max_position_embeddings} positions"
+        raise ConfigError(
+            f"{params_file}: {stage}.context: {cfg.context} exceeds the {model.config.max_position_embeddings} "
+            f"positions of {source}"
         )
     records = list(iter_records(Path(paths.data) / "synth", split, cfg.max_samples))
     train_records = [r for r in records if not is_heldout(r["id"], cfg.eval_fraction)]
