@@ -64,6 +64,19 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def variant(project: Path, name: str, **midtrain) -> str:
+    """A params file whose outputs go to ``*_<name>`` dirs, sharing data and models/base."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["midtrain"] |= midtrain
+    params["base"]["paths"] |= {
+        k: f"{k}_{name}" for k in ("models", "checkpoints", "metrics", "plots")
+    }
+    write_params(project / f"params_{name}.yaml", params)
+    (project / f"models_{name}").mkdir(exist_ok=True)
+    os.symlink(project / "models" / "base", project / f"models_{name}" / "base")
+    return f"params_{name}.yaml"
+
+
 def test_packing_keeps_documents_apart() -> None:
     examples = [
         Example(list(range(1, 8)), [1] * 7),
@@ -151,18 +164,7 @@ def test_midtrain_resumes_after_sigkill(project: Path) -> None:
     resumed = AutoModelForCausalLM.from_pretrained(project / "models" / "midtrain").state_dict()
 
     # the same run without a kill ends in the same weights
-    (project / "params_fresh.yaml").write_text((project / "params.yaml").read_text())
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["base"]["paths"] |= {
-        "models": "models_fresh",
-        "checkpoints": "ckpt_fresh",
-        "metrics": "metrics_fresh",
-        "plots": "plots_fresh",
-    }
-    write_params(project / "params_fresh.yaml", params)
-    (project / "models_fresh").mkdir(exist_ok=True)
-    os.symlink(project / "models" / "base", project / "models_fresh" / "base")
-    finish(stage(project, "midtrain", params="params_fresh.yaml"))
+    finish(stage(project, "midtrain", params=variant(project, "fresh")))
     fresh = AutoModelForCausalLM.from_pretrained(project / "models_fresh" / "midtrain").state_dict()
     assert all(torch.allclose(resumed[k], fresh[k], atol=1e-6) for k in fresh)
 
@@ -184,17 +186,7 @@ def test_sft_writes_a_loadable_model_and_format_metrics(project: Path) -> None:
 
 
 def test_two_process_zero2_run(project: Path) -> None:
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["midtrain"] |= {"zero_stage": 2, "max_steps": 6, "checkpoint_every": 100}
-    params["base"]["paths"] |= {
-        "models": "models_zero2",
-        "checkpoints": "ckpt_zero2",
-        "metrics": "metrics_zero2",
-        "plots": "plots_zero2",
-    }
-    write_params(project / "params_zero2.yaml", params)
-    (project / "models_zero2").mkdir()
-    os.symlink(project / "models" / "base", project / "models_zero2" / "base")
+    zero2 = variant(project, "zero2", zero_stage=2, max_steps=6, checkpoint_every=100)
 
     def midtrain_runs() -> int:
         with sqlite3.connect(project / "mlflow.db") as db:
@@ -211,7 +203,7 @@ def test_two_process_zero2_run(project: Path) -> None:
         "--master_port",
         str(free_port()),
     )
-    out = finish(stage(project, "midtrain", *launcher, params="params_zero2.yaml"))
+    out = finish(stage(project, "midtrain", *launcher, params=zero2))
     metrics = json.loads((project / "metrics_zero2" / "midtrain.json").read_text())
     assert metrics["steps"] == 6, out[-2000:]
     assert AutoModelForCausalLM.from_pretrained(project / "models_zero2" / "midtrain") is not None
