@@ -107,7 +107,10 @@ class SplitSection(Strict):
         description="Share of trajectories with a wrong call, its real error and the fix.",
     )
     copy_items: int = Field(
-        0, ge=0, description="Extra 'Repeat: ...' copy items (midtrain only): span copying."
+        0,
+        ge=0,
+        description="Extra 'Repeat exactly: ...' items (training splits): span copying, the skill a "
+        "tiny model lacks (DESIGN.md); short, so packing also fills row gaps with them.",
     )
     min_tokens: int = Field(
         0, ge=0, description="Reject trajectories shorter than this many estimated tokens."
@@ -220,6 +223,12 @@ class TrainSection(Strict):
     grad_accum: int = Field(1, ge=1)
     max_steps: int = Field(1000, ge=1, description="Optimizer steps; data repeats as needed.")
     max_samples: int | None = Field(None, ge=1, description="Use only the first N records.")
+    families: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="Train only on records of these families (e.g. [copy] for the copy "
+        "warm-up); null takes every record.",
+    )
     lr: float = Field(3e-3, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine decays to lr * this.")
     warmup_steps: int = Field(50, ge=0)

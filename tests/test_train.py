@@ -251,9 +251,18 @@ def test_bad_inputs_fail_clearly(
     )
 
 
-def test_context_beyond_the_model_is_a_config_error(project: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("context", 4096, "midtrain.context: 4096 exceeds the 512 positions"),
+        ("families", ["weather"], "midtrain.families: no record of ['weather'] in"),
+    ],
+)
+def test_config_that_cannot_train_is_a_config_error(
+    project: Path, tmp_path: Path, key: str, value: object, message: str
+) -> None:
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["midtrain"]["context"] = 4096
+    params["midtrain"][key] = value
     params["base"]["paths"] |= {
         "models": str(project / "models"),
         "data": str(project / "data"),
@@ -264,5 +273,5 @@ def test_context_beyond_the_model_is_a_config_error(project: Path, tmp_path: Pat
     proc = stage(tmp_path, "midtrain", params=str(tmp_path / "params.yaml"))
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 2, out[-2000:]
-    assert f"{tmp_path / 'params.yaml'}: midtrain.context: 4096 exceeds the 512 positions" in out
+    assert f"{tmp_path / 'params.yaml'}: {message}" in out
     assert not (tmp_path / "metrics").exists()

@@ -13,6 +13,7 @@ import torch
 
 from agentrl.chat import ChatFormat, parse, render_ids
 from agentrl.envs.registry import Registry
+from agentrl.model.generate import greedy_batch
 
 
 @torch.no_grad()
@@ -27,28 +28,14 @@ def first_turn_check(
 ) -> dict[str, float]:
     model.eval()
     valid = exact = 0
-    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     for start in range(0, len(records), batch_size):
         chunk = records[start : start + batch_size]
         prompts = [
             render_ids(tokenizer, fmt, r["messages"][:1], r["tools"], add_generation_prompt=True)[0]
             for r in chunk
         ]
-        width = max(map(len, prompts))
-        ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            attention[i, width - len(prompt) :] = 1
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=attention,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=end_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        for record, row in zip(chunk, out[:, width:].tolist(), strict=True):
+        rows = greedy_batch(model, tokenizer, prompts, max_new_tokens)
+        for record, row in zip(chunk, rows, strict=True):
             text = tokenizer.decode(row, skip_special_tokens=False)
             parsed = parse(text, fmt, record["tools"])
             tools, _ = registry.bind(record["env"])

@@ -1,7 +1,10 @@
 """Byte-level BPE trained on our corpus, with the chat format's tokens and template.
 
 Digits are split one per token (copying numbers then never depends on how a BPE merge
-happened to group them, a lever DESIGN.md lists), format markers are added tokens, and
+happened to group them, a lever DESIGN.md lists), and spaces are tokens of their own, so a
+word has the same ids in prose and inside a JSON string ("of Gebafi" and `"Gebafi"`; with
+GPT-2 style word tokens the two differ in their first token, and a tiny model must learn
+the mapping before it can copy). Format markers are added tokens, and
 the chat template is stored with the tokenizer so ``apply_chat_template`` renders what
 training saw.
 """
@@ -32,7 +35,7 @@ def train_tokenizer(
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(r"\d| "), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
     )

@@ -87,7 +87,7 @@ class Sampler:
         rng = random.Random(f"{self.seed}:{split}:copy:{index}")
         world = World(rng, "train")
         draws = [world.entity, world.word, lambda: str(world.number(0, 99999))]
-        span = " ".join(str(rng.choice(draws)()) for _ in range(rng.randint(3, 10)))
+        span = " ".join(str(rng.choice(draws)()) for _ in range(rng.randint(1, 8)))
         record = {
             "id": f"{split}-copy-{index:08d}",
             "split": split,

@@ -73,6 +73,12 @@ def train_stage(
             f"positions of {source}"
         )
     records = list(iter_records(Path(paths.data) / "synth", split, cfg.max_samples))
+    if cfg.families is not None:
+        records = [r for r in records if r["family"] in cfg.families]
+        if not records:
+            raise ConfigError(
+                f"{params_file}: {stage}.families: no record of {cfg.families} in {data}"
+            )
     train_records = [r for r in records if not is_heldout(r["id"], cfg.eval_fraction)]
     eval_records = [r for r in records if is_heldout(r["id"], cfg.eval_fraction)]
     train_examples, stats = build_examples(
