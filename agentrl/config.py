@@ -245,6 +245,27 @@ class TrainSection(Strict):
     format_check: FormatCheckSection = FormatCheckSection()
 
 
+class HarnessSection(Strict):
+    """How a model acts: the agent loop shared by rl, eval and ``agentrl rollout``."""
+
+    max_turns: int = Field(8, ge=1, description="Assistant turns before an episode is cut off.")
+    max_new_tokens: int = Field(128, ge=1, description="Tokens one assistant turn may generate.")
+    context_limit: int = Field(
+        1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
+    )
+    context: Literal["none", "window"] = Field(
+        "none",
+        description="none: the full history; window: keep the task and the last "
+        "`window_keep` tool responses, older ones become a one-line placeholder "
+        "(sliding-window observation filtering, seeds/ note on context management).",
+    )
+    window_keep: int = Field(2, ge=1, description="Tool responses kept verbatim by `window`.")
+    temperature: float = Field(1.0, ge=0, description="0 decodes greedily.")
+    top_p: float = Field(1.0, gt=0, le=1)
+    tool_timeout_s: float = Field(5.0, gt=0, description="Wall time of one tool call.")
+    tool_workers: int = Field(8, ge=1, description="Tool calls of a batch run concurrently.")
+
+
 class Params(Strict):
     base: BaseSection = BaseSection()
     tracking: TrackingSection = TrackingSection()
@@ -252,6 +273,7 @@ class Params(Strict):
     model: ModelSection = ModelSection()
     midtrain: TrainSection = TrainSection()
     sft: TrainSection = TrainSection(loss_on="assistant")
+    harness: HarnessSection = HarnessSection()
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")

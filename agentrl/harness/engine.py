@@ -1,0 +1,85 @@
+"""Engines: what turns prompts (token ids) into sampled continuations with log-probs.
+
+Every engine takes and returns token ids, so trajectories stay token-exact whichever
+engine made them. ``HFEngine`` runs an in-process transformers model: batched generation
+with a KV cache, left padding, the end-of-turn token as stop id, temperature and top-p,
+seeded per call. Its log-probs are those of the sampled token under the model's own
+distribution (temperature 1, before top-p), the quantity the trainer recomputes, so the
+rollout/train gap measures engine mismatch only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from agentrl.chat.formats import IM_END
+from agentrl.model.generate import left_pad
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class Generation:
+    ids: list[int]  # ends with the stop id unless the generation was cut off
+    logprobs: list[float]
+    stopped: bool  # ended on a stop id (False: hit max_new_tokens)
+
+
+class Engine(Protocol):
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]: ...
+
+
+class HFEngine:
+    """Batched sampling from a transformers causal LM held in this process.
+
+    ``model`` is the module the trainer updates, so new weights are visible to the next
+    ``generate`` without any copy (the in-process form of a weight sync).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any):
+        self.model = model
+        self.pad_id = tokenizer.pad_token_id
+        self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
+        if not prompts:
+            return []
+        was_training = self.model.training
+        self.model.eval()
+        ids, attention = left_pad(prompts, self.pad_id)
+        greedy = sampling.temperature == 0
+        torch.manual_seed(sampling.seed)
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=attention,
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None,
+            eos_token_id=self.stop_id,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        self.model.train(was_training)
+        new = out.sequences[:, ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float()  # (batch, steps, vocab), raw
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])[..., 0]
+        results = []
+        for row, row_logprobs in zip(new.tolist(), logprobs.tolist(), strict=True):
+            end = row.index(self.stop_id) + 1 if self.stop_id in row else len(row)
+            results.append(
+                Generation(row[:end], row_logprobs[:end], stopped=self.stop_id in row[:end])
+            )
+        return results

@@ -1,0 +1,185 @@
+"""The agent loop: generate every live episode's next turn together, parse, execute the
+calls concurrently, append the responses, manage the context; until an answer, the turn
+limit or the context limit. Nothing a model writes crashes the batch: parse errors,
+unknown tools, bad arguments, tool exceptions and timeouts are observations it reads.
+
+Peak context never exceeds ``harness.context_limit``: a turn is generated only when the
+prompt plus ``max_new_tokens`` fits, and tool responses are appended only when the next
+turn still fits after them (else the context strategy compacts, or the episode ends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.chat import ChatFormat, parse, render_ids, render_text
+from agentrl.chat.formats import IM_END
+from agentrl.config import HarnessSection
+from agentrl.envs.base import ToolBox
+from agentrl.envs.registry import Registry
+from agentrl.envs.verify import verify
+from agentrl.harness.context import compact
+from agentrl.harness.engine import Engine, Sampling
+from agentrl.harness.executor import InProcessExecutor
+from agentrl.harness.records import Episode, Segment, TurnStats
+from agentrl.tools.executor import Observation, ToolSet
+
+
+@dataclass
+class _Live:
+    episode: Episode
+    record: dict[str, Any]
+    tools: ToolSet
+    box: ToolBox
+    view: list[dict[str, Any]]  # the messages as the current segment renders them
+    segment: Segment = field(default_factory=Segment)
+
+
+def _seed(seed: int, turn: int) -> int:
+    return int(hashlib.sha256(f"{seed}:{turn}".encode()).hexdigest()[:8], 16)
+
+
+class Harness:
+    def __init__(
+        self,
+        engine: Engine,
+        tokenizer: Any,
+        fmt: ChatFormat,
+        registry: Registry,
+        cfg: HarnessSection,
+    ):
+        self.engine, self.tokenizer, self.fmt, self.registry, self.cfg = (
+            engine,
+            tokenizer,
+            fmt,
+            registry,
+            cfg,
+        )
+        self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
+
+    # --- token bookkeeping -------------------------------------------------------------
+    def _prompt(self, live: _Live) -> list[int]:
+        return render_ids(
+            self.tokenizer, self.fmt, live.view, live.record["tools"], add_generation_prompt=True
+        )[0]
+
+    def _new_segment(self, live: _Live) -> bool:
+        """Start a segment from the current view; False if it cannot hold one more turn."""
+        prompt = self._prompt(live)
+        if len(prompt) + self.cfg.max_new_tokens > self.cfg.context_limit:
+            return False
+        live.segment = Segment(prompt_len=len(prompt))
+        live.segment.add(prompt, policy=False)
+        live.episode.segments.append(live.segment)
+        return True
+
+    def _inserted(self, live: _Live, tool_messages: list[dict[str, Any]]) -> list[int]:
+        """Ids the harness adds after an assistant turn: tool responses and the next
+        generation prompt, tokenized on their own (they start after ``<|im_end|>``)."""
+        tools = live.record["tools"]
+        before, _ = render_text(self.fmt, live.view, tools)
+        after, _ = render_text(self.fmt, live.view + tool_messages, tools, True)
+        suffix = after[len(before) - 1 :]  # the newline after <|im_end|> is not in the ids
+        return self.tokenizer(suffix, add_special_tokens=False)["input_ids"]
+
+    def _check_retokenization(self, live: _Live) -> None:
+        """Count (never train on) a re-render of the decoded history that differs from the
+        recorded ids: the records keep the engine's ids either way."""
+        rendered = render_ids(self.tokenizer, self.fmt, live.view, live.record["tools"])[0]
+        if rendered[: len(live.segment.ids)] != live.segment.ids:
+            live.episode.retokenize_mismatches += 1
+
+    # --- episode life ------------------------------------------------------------------
+    def _start(self, record: dict[str, Any], sample: int) -> _Live:
+        tools, box = self.registry.bind(record["env"])
+        messages = [dict(record["messages"][0])]
+        episode = Episode(record["id"], sample, messages, record["tools"])
+        live = _Live(episode, record, tools, box, list(messages))
+        if not self._new_segment(live):
+            self._finish(live, "context_limit")
+        return live
+
+    def _finish(self, live: _Live, reason: str, final_text: str | None = None) -> None:
+        ep = live.episode
+        verdict = verify(live.record["verifier"], final_text, ep.observations, live.box.snapshot())
+        ep.done, ep.end_reason = True, reason
+        ep.reward, ep.success, ep.grounded, ep.verdict = (
+            verdict.reward,
+            verdict.success,
+            verdict.grounded,
+            verdict.reason,
+        )
+
+    def _append_responses(self, live: _Live, tool_messages: list[dict[str, Any]]) -> None:
+        inserted = self._inserted(live, tool_messages)
+        room = self.cfg.context_limit - self.cfg.max_new_tokens
+        if len(live.segment.ids) + len(inserted) <= room:
+            live.view += tool_messages
+            live.segment.add(inserted, policy=False)
+            return
+        compacted = compact(self.cfg.context, live.view + tool_messages, self.cfg.window_keep)
+        if compacted == live.view + tool_messages:
+            self._finish(live, "context_limit")
+            return
+        live.view = compacted
+        if self._new_segment(live):
+            live.episode.compactions += 1
+        else:
+            self._finish(live, "context_limit")
+
+    def run(self, records: list[dict[str, Any]], samples: int = 1, seed: int = 0) -> list[Episode]:
+        """Run ``samples`` episodes of every record as one batch; episodes in input order."""
+        lives = [self._start(r, s) for r in records for s in range(samples)]
+        for turn in range(self.cfg.max_turns):
+            active = [live for live in lives if not live.episode.done]
+            if not active:
+                break
+            sampling = Sampling(
+                self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.top_p, _seed(seed, turn)
+            )
+            generations = self.engine.generate([live.segment.ids for live in active], sampling)
+            work, pending = [], []
+            for live, gen in zip(active, generations, strict=True):
+                live.segment.add(gen.ids, policy=True, logprobs=gen.logprobs)
+                body = gen.ids[:-1] if gen.stopped else gen.ids
+                if not gen.stopped:
+                    live.segment.add([self.stop_id], policy=False)
+                text = self.tokenizer.decode(body, skip_special_tokens=False)
+                assistant = {"role": "assistant", "content": text}
+                live.episode.messages.append(assistant)
+                live.view.append(assistant)
+                self._check_retokenization(live)
+                parsed = parse(text, self.fmt, live.record["tools"])
+                calls = [(c.name, c.arguments) for c in parsed.calls]
+                stats = TurnStats(
+                    len(gen.ids), len(calls) + len(parsed.errors), {}, 0, not gen.stopped
+                )
+                live.episode.turns.append(stats)
+                if not calls and not parsed.errors:
+                    self._finish(live, "answer", text)
+                    continue
+                work.append((live.tools, calls))
+                pending.append((live, parsed.errors, stats))
+            results = self.executor.run(work)
+            for (live, errors, stats), observations in zip(pending, results, strict=True):
+                observations = [
+                    Observation(f"Error: {e}", False, "parse_error") for e in errors
+                ] + observations
+                for obs in observations:
+                    if obs.error:
+                        stats.call_errors[obs.error] = stats.call_errors.get(obs.error, 0) + 1
+                live.episode.observations += [o.text for o in observations]
+                tool_messages = [{"role": "tool", "content": o.text} for o in observations]
+                live.episode.messages += tool_messages
+                self._append_responses(live, tool_messages)
+                stats.context_tokens = len(live.segment.ids)
+        for live in lives:
+            if not live.episode.done:
+                self._finish(live, "max_turns")
+        return [live.episode for live in lives]
+
+    def close(self) -> None:
+        self.executor.close()

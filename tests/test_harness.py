@@ -1,0 +1,233 @@
+"""The agent loop with a scripted policy (control flow, masks, errors, context limits),
+the hf engine with a real tiny model, and the concurrent tool executor."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentrl.chat import get_format, render_text
+from agentrl.chat.render import render_assistant
+from agentrl.config import HarnessSection, ModelSection
+from agentrl.envs.registry import Registry
+from agentrl.harness.context import PLACEHOLDER
+from agentrl.harness.engine import Generation, HFEngine, Sampling
+from agentrl.harness.executor import InProcessExecutor
+from agentrl.harness.loop import Harness
+from agentrl.model.build import build_tiny
+from agentrl.model.tokenizer import train_tokenizer
+from agentrl.tools.executor import ToolSet
+from agentrl.tools.schema import Surface, canonical_schema
+from tests.conftest import TINY_MODEL, read_split
+
+
+class ScriptedEngine:
+    """A control-flow policy: answers each prompt with the next text of its script,
+    tokenized by the real tokenizer; records every id it hands out."""
+
+    def __init__(self, tokenizer: Any, scripts: list[list[str]], stop: bool = True):
+        self.tokenizer, self.scripts, self.stop = tokenizer, scripts, stop
+        self.turn = [0] * len(scripts)
+        self.emitted: list[list[list[int]]] = [[] for _ in scripts]
+        self.prompts: dict[tuple[int, ...], int] = {}
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
+        out = []
+        for prompt in prompts:
+            episode = self._episode(prompt)
+            script = self.scripts[episode]
+            text = script[min(self.turn[episode], len(script) - 1)]
+            self.turn[episode] += 1
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = ids[: sampling.max_new_tokens - 1] + ([self.end] if self.stop else [])
+            self.emitted[episode].append(ids)
+            out.append(Generation(ids, [-0.5] * len(ids), self.stop))
+        return out
+
+    def _episode(self, prompt: list[int]) -> int:
+        # episodes are told apart by their first user turn, stable across turns
+        for key, episode in self.prompts.items():
+            if tuple(prompt[: len(key)]) == key:
+                return episode
+        key = tuple(prompt[: min(len(prompt), 400)])
+        self.prompts[key] = len(self.prompts)
+        return self.prompts[key]
+
+
+@pytest.fixture(scope="module")
+def setup(dataset: Path):
+    fmt = get_format("hermes")
+    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
+    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
+    records = [r for r in read_split(dataset, "sft") if r["env"]][:6]
+    return fmt, tokenizer, records, Registry()
+
+
+def oracle_script(fmt, record: dict[str, Any]) -> list[str]:
+    return [
+        render_assistant(fmt, m).removesuffix("<|im_end|>")
+        for m in record["messages"]
+        if m["role"] == "assistant"
+    ]
+
+
+def harness(setup, engine, **cfg) -> Harness:
+    fmt, tokenizer, _, registry = setup
+    return Harness(engine, tokenizer, fmt, registry, HarnessSection(**cfg))
+
+
+def test_oracle_script_succeeds_with_exact_records_and_masks(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    engine = ScriptedEngine(tokenizer, [oracle_script(fmt, r) for r in records])
+    episodes = harness(setup, engine, context_limit=4096, max_turns=10).run(records)
+    assert all(e.success and e.grounded and e.end_reason == "answer" for e in episodes)
+    for episode, emitted_ids in zip(episodes, engine.emitted, strict=True):
+        emitted = iter(emitted_ids)
+        (segment,) = episode.segments
+        policy = [i for i, m in enumerate(segment.loss_mask) if m]
+        # every policy token is exactly an engine token, in order, with its logprob
+        runs, run = [], [policy[0]]
+        for i in policy[1:]:
+            if i == run[-1] + 1:
+                run.append(i)
+            else:
+                runs.append(run)
+                run = [i]
+        runs.append(run)
+        assert len(runs) == len(episode.turns)
+        for run in runs:
+            assert [segment.ids[i] for i in run] == next(emitted)
+            assert all(segment.logprobs[i] == -0.5 for i in run)
+        # everything else is inserted: prompt, tool responses, turn markers
+        inserted = tokenizer.decode(
+            [t for t, m in zip(segment.ids, segment.loss_mask, strict=True) if not m]
+        )
+        assert "<tool_response>" in inserted and "<tool_call>" not in inserted
+        assert episode.retokenize_mismatches == 0
+
+
+def test_what_a_model_writes_never_crashes_the_batch(setup) -> None:
+    _fmt, tokenizer, records, _ = setup
+    bad = [
+        ['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>'],
+        ['<tool_call>\n{"name": \n</tool_call>'],
+        ["<tool_call>\n[1, 2]\n</tool_call>"],
+        ['<tool_call>\n{"name": "x", "arguments": "not an object"}\n</tool_call>'],
+        ["<tool_call>\n" + "{" * 500],
+        ["\u2603 <think><tool_call>hidden</tool_call></think> no answer mark"],
+    ]
+    engine = ScriptedEngine(tokenizer, bad)
+    episodes = harness(setup, engine, max_turns=2, context_limit=4096).run(records[:6])
+    assert len(episodes) == 6
+    assert not any(e.success for e in episodes)
+    errors = [k for e in episodes for t in e.turns for k in t.call_errors]
+    assert {"unknown_tool", "parse_error"} <= set(errors)
+    assert episodes[-1].end_reason == "answer" and episodes[-1].verdict == "no_answer"
+
+
+def test_cut_off_generation_gets_an_inserted_end_of_turn(setup) -> None:
+    _fmt, tokenizer, records, _ = setup
+    engine = ScriptedEngine(tokenizer, [["word " * 50]], stop=False)
+    (episode,) = harness(setup, engine, max_turns=1, max_new_tokens=16).run(records[:1])
+    segment = episode.segments[0]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert segment.ids[-1] == end and segment.loss_mask[-1] == 0
+    assert sum(segment.loss_mask) == 15 and episode.turns[0].cut_off
+
+
+@pytest.mark.parametrize("strategy", ["none", "window"])
+def test_peak_context_never_exceeds_the_limit(setup, strategy: str) -> None:
+    fmt, tokenizer, records, _ = setup
+    # the model keeps calling a real tool of its task; responses pile up
+    scripts = [[oracle_script(fmt, r)[0]] for r in records]
+    engine = ScriptedEngine(tokenizer, scripts)
+    limit = (
+        max(
+            len(tokenizer(render_text(fmt, r["messages"][:1], r["tools"], True)[0])["input_ids"])
+            for r in records
+        )
+        + 200
+    )
+    episodes = harness(
+        setup,
+        engine,
+        context=strategy,
+        context_limit=limit,
+        max_new_tokens=64,
+        max_turns=12,
+        window_keep=1,
+    ).run(records)
+    assert all(e.peak_context <= limit for e in episodes)
+    if strategy == "none":
+        assert {e.end_reason for e in episodes} == {"context_limit"}
+        assert all(len(e.segments) == 1 for e in episodes)
+    else:
+        compacted = [e for e in episodes if e.compactions]
+        assert compacted
+        for e in compacted:
+            assert len(e.segments) == e.compactions + 1
+            later = tokenizer.decode(e.segments[1].ids)
+            assert PLACEHOLDER in later
+            assert (
+                e.segments[1].loss_mask[: e.segments[1].prompt_len]
+                == [0] * e.segments[1].prompt_len
+            )
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.text(max_size=200), min_size=1, max_size=3))
+def test_fuzzed_model_outputs_run_through_the_loop(setup, texts: list[str]) -> None:
+    _fmt, tokenizer, records, _ = setup
+    engine = ScriptedEngine(tokenizer, [texts])
+    (episode,) = harness(setup, engine, max_turns=3, context_limit=4096).run(records[:1])
+    assert episode.done and episode.end_reason in {"answer", "max_turns", "context_limit"}
+    for segment in episode.segments:
+        assert len(segment.ids) == len(segment.loss_mask) == len(segment.logprobs)
+
+
+def test_hf_engine_logprobs_match_a_forward_pass_and_are_seeded(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    engine = HFEngine(model, tokenizer)
+    prompts = [
+        tokenizer(render_text(fmt, r["messages"][:1], r["tools"], True)[0])["input_ids"]
+        for r in records[:3]
+    ]
+    sampling = Sampling(max_new_tokens=12, temperature=1.0, seed=7)
+    first, again = engine.generate(prompts, sampling), engine.generate(prompts, sampling)
+    assert [g.ids for g in first] == [g.ids for g in again]
+    for prompt, gen in zip(prompts, first, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + gen.ids])).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(gen.ids)[:, None])[:, 0]
+        assert torch.allclose(expected, torch.tensor(gen.logprobs), atol=1e-4)
+
+
+def test_executor_runs_episodes_concurrently_and_times_out() -> None:
+    def wait(seconds: float) -> str:
+        """Sleep.
+
+        Args:
+            seconds: How long.
+        """
+        time.sleep(seconds)
+        return "done"
+
+    tools = ToolSet({"wait": wait}, {"wait": Surface.canonical(canonical_schema(wait))})
+    executor = InProcessExecutor(workers=16, timeout_s=1.0)
+    started = time.perf_counter()
+    results = executor.run([(tools, [("wait", {"seconds": 0.5})]) for _ in range(8)])
+    assert time.perf_counter() - started < 2.0  # 8 x 0.5 s serially would be 4 s
+    assert all(r[0].text == "done" for r in results)
+    (slow,) = executor.run([(tools, [("wait", {"seconds": 3.0})])])
+    assert slow[0].error == "timeout" and "timed out after 1 s" in slow[0].text
+    executor.close()
