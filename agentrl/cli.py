@@ -4,6 +4,7 @@ agentrl --help
 agentrl params                 # validate params.yaml, print the typed result
 agentrl families               # families, their tools and vocabulary sizes
 agentrl sample calculator      # one freshly synthesised, verified sample as JSON
+agentrl rollout --model models/sft --split test --n 32 --context window --out runs/test.jsonl
 """
 
 from __future__ import annotations
@@ -82,6 +83,58 @@ def sample(
         console.print(f"[yellow]rejected:[/yellow] {outcome.reason}")
         raise typer.Exit(1)
     sys.stdout.write(json.dumps(outcome.record, indent=2, ensure_ascii=False) + "\n")
+
+
+@app.command()
+def rollout(
+    model: Annotated[Path, typer.Option(help="a saved model dir (models/sft, models/rl, ...)")],
+    out: Annotated[Path, typer.Option(help="trajectories as JSON lines")],
+    split: str = typer.Option("test", help="split whose tasks to run"),
+    n: int = typer.Option(32, min=1, help="tasks"),
+    samples: int = typer.Option(1, min=1, help="episodes per task"),
+    context: str | None = typer.Option(None, help="context strategy; default harness.context"),
+    path: ParamsFile = Path("params.yaml"),
+) -> None:
+    """Run a model through the agent harness on a split; write trajectories, print figures."""
+    import torch
+
+    from agentrl.atomic import write_text_atomic
+    from agentrl.chat import get_format
+    from agentrl.dataset import iter_records
+    from agentrl.envs.registry import Registry
+    from agentrl.errors import StageError
+    from agentrl.harness.engine import HFEngine
+    from agentrl.harness.loop import Harness
+    from agentrl.harness.metrics import summarize
+    from agentrl.model.build import load_model_dir
+
+    cfg = _params(path)
+    harness_cfg = cfg.harness
+    if context is not None:
+        try:
+            harness_cfg = type(harness_cfg).model_validate(
+                harness_cfg.model_dump() | {"context": context}
+            )
+        except ValueError as err:
+            console.print(f"[red]error:[/red] --context: {context!r} is not a context strategy")
+            raise typer.Exit(2) from err
+    fmt = get_format(cfg.model.format)
+    try:
+        records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
+        policy, tokenizer = load_model_dir(model, fmt)
+    except StageError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+    torch.manual_seed(cfg.base.seed)
+    registry = Registry(cfg.synth.envs, cfg.synth.heldout_tool_share)
+    harness = Harness(HFEngine(policy, tokenizer), tokenizer, fmt, registry, harness_cfg)
+    episodes = harness.run(records, samples=samples, seed=cfg.base.seed)
+    harness.close()
+    write_text_atomic(out, "".join(json.dumps(e.to_json()) + "\n" for e in episodes))
+    table = Table("metric", "value", title=f"{model} on {split} ({harness_cfg.context})")
+    for key, value in summarize(episodes).items():
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    console.print(table)
 
 
 if __name__ == "__main__":

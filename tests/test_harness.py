@@ -231,3 +231,35 @@ def test_executor_runs_episodes_concurrently_and_times_out() -> None:
     (slow,) = executor.run([(tools, [("wait", {"seconds": 3.0})])])
     assert slow[0].error == "timeout" and "timed out after 1 s" in slow[0].text
     executor.close()
+
+
+def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
+    setup, dataset: Path, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import small_params, write_params
+
+    _fmt, tokenizer, _records, _ = setup
+    model_dir = tmp_path / "models" / "tiny"
+    build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "synth").symlink_to(dataset)
+    params = small_params()
+    params["model"] = TINY_MODEL
+    params["base"]["paths"] = {"data": str(tmp_path / "data")}
+    write_params(tmp_path / "params.yaml", params)
+    out = tmp_path / "runs" / "test.jsonl"
+    command = [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model_dir)]
+    command += ["--split", "test", "--n", "3", "--samples", "2", "--out", str(out)]
+    command += ["--params", str(tmp_path / "params.yaml")]
+    done = subprocess.run([*command, "--context", "window"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(episodes) == 6 and "grounded_success" in done.stdout
+    assert all(len(s["ids"]) == len(s["loss_mask"]) for e in episodes for s in e["segments"])
+    bad = subprocess.run([*command, "--context", "telepathy"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--context: 'telepathy'" in bad.stdout
