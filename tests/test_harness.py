@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import TINY_MODEL, read_split
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from agentrl.model.build import build_tiny
 from agentrl.model.tokenizer import train_tokenizer
 from agentrl.tools.executor import ToolSet
 from agentrl.tools.schema import Surface, canonical_schema
-from tests.conftest import TINY_MODEL, read_split
 
 
 class ScriptedEngine:
@@ -240,7 +240,7 @@ def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
     import subprocess
     import sys
 
-    from tests.conftest import small_params, write_params
+    from conftest import small_params, write_params
 
     _fmt, tokenizer, _records, _ = setup
     model_dir = tmp_path / "models" / "tiny"
