@@ -10,7 +10,7 @@ rollout/train gap measures engine mismatch only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -45,15 +45,28 @@ class HFEngine:
     ``generate`` without any copy (the in-process form of a weight sync).
     """
 
-    def __init__(self, model: Any, tokenizer: Any):
+    def __init__(self, model: Any, tokenizer: Any, bucket: int = 32):
         self.model = model
+        self.bucket = bucket
         self.pad_id = tokenizer.pad_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
 
-    @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
-        if not prompts:
-            return []
+        """Prompts of similar length are generated together, ``bucket`` at a time: left
+        padding to the longest prompt of a bucket, not of the whole batch."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Generation | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.bucket):
+            chunk = order[start : start + self.bucket]
+            seeded = replace(sampling, seed=sampling.seed + start)
+            for i, generation in zip(
+                chunk, self._generate([prompts[i] for i in chunk], seeded), strict=True
+            ):
+                out[i] = generation
+        return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         was_training = self.model.training
         self.model.eval()
         ids, attention = left_pad(prompts, self.pad_id)
@@ -71,6 +84,7 @@ class HFEngine:
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
             output_logits=True,
+            cache_implementation="static",  # no per-token torch.cat of a growing cache
         )
         self.model.train(was_training)
         new = out.sequences[:, ids.shape[1] :]
