@@ -253,13 +253,19 @@ class HarnessSection(Strict):
     context_limit: int = Field(
         1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
     )
-    context: Literal["none", "window"] = Field(
+    context: Literal["none", "window", "summary"] = Field(
         "none",
         description="none: the full history; window: keep the task and the last "
         "`window_keep` tool responses, older ones become a one-line placeholder "
-        "(sliding-window observation filtering, seeds/ note on context management).",
+        "(sliding-window observation filtering); summary: past `summary_at` of the "
+        "limit the model writes a progress summary (a trained turn) and the episode "
+        "restarts from the task and that summary in a new segment (context restart, "
+        "seeds/ note on context management).",
     )
     window_keep: int = Field(2, ge=1, description="Tool responses kept verbatim by `window`.")
+    summary_at: float = Field(
+        0.6, gt=0, lt=1, description="Share of context_limit at which `summary` restarts."
+    )
     temperature: float = Field(1.0, ge=0, description="0 decodes greedily.")
     top_p: float = Field(1.0, gt=0, le=1)
     tool_timeout_s: float = Field(5.0, gt=0, description="Wall time of one tool call.")

@@ -263,3 +263,46 @@ def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
     assert all(len(s["ids"]) == len(s["loss_mask"]) for e in episodes for s in e["segments"])
     bad = subprocess.run([*command, "--context", "telepathy"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--context: 'telepathy'" in bad.stdout
+
+
+class RuleEngine:
+    """A control-flow policy over prompt text: a summary when asked for one, else a call."""
+
+    def __init__(self, tokenizer: Any, call: str, summary: str):
+        self.tokenizer, self.call, self.summary = tokenizer, call, summary
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
+        from agentrl.harness.context import SUMMARY_REQUEST
+
+        out = []
+        for prompt in prompts:
+            tail = self.tokenizer.decode(prompt[-200:])
+            text = self.summary if SUMMARY_REQUEST in tail else self.call
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.end]
+            out.append(Generation(ids, [-0.25] * len(ids), True))
+        return out
+
+
+def test_summary_restarts_from_the_task_and_a_trained_summary(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    record = records[0]
+    summary = "Found nothing final yet; remaining: call the tool again."
+    engine = RuleEngine(tokenizer, oracle_script(fmt, record)[0], summary)
+    prompt = len(
+        tokenizer(render_text(fmt, record["messages"][:1], record["tools"], True)[0])["input_ids"]
+    )
+    limit = prompt + 400
+    (episode,) = harness(
+        setup, engine, context="summary", context_limit=limit, max_new_tokens=64, max_turns=12
+    ).run([record])
+    assert episode.compactions >= 2 and len(episode.segments) == episode.compactions + 1
+    assert episode.peak_context <= limit
+    first, second = episode.segments[0], episode.segments[1]
+    summary_ids = tokenizer(summary, add_special_tokens=False)["input_ids"]
+    policy = [t for t, m in zip(first.ids, first.loss_mask, strict=True) if m]
+    assert policy[-len(summary_ids) - 1 : -1] == summary_ids  # trained like any turn
+    restarted = tokenizer.decode(second.ids[: second.prompt_len])
+    assert "Progress so far:" in restarted and summary in restarted
+    assert "<tool_response>" not in restarted
+    assert sum(second.loss_mask[: second.prompt_len]) == 0

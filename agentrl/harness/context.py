@@ -4,6 +4,9 @@
 ``window`` is sliding-window observation filtering, applied on demand: when the next turn
 would not fit, every tool response but the last ``keep`` becomes a one-line placeholder;
 the task and all assistant turns stay. The rewritten view starts a new segment.
+``summary`` is a context restart: past a threshold the harness asks for a progress summary
+(the request is inserted, the summary is a generated turn trained like any other), then
+the episode continues from the task plus that summary in a new segment.
 """
 
 from __future__ import annotations
@@ -11,6 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 PLACEHOLDER = "[older tool response omitted]"
+SUMMARY_REQUEST = (
+    "Context is running out. Write a short progress summary: what you found (exact values) "
+    "and what remains to do. Do not call tools in this turn."
+)
+
+
+def restart(task: dict[str, Any], summary: str) -> list[dict[str, Any]]:
+    """The view a ``summary`` restart begins from: the task, with the model's summary."""
+    return [{**task, "content": f"{task['content']}\n\nProgress so far:\n{summary}"}]
 
 
 def window(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:

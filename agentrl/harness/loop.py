@@ -20,7 +20,7 @@ from agentrl.config import HarnessSection
 from agentrl.envs.base import ToolBox
 from agentrl.envs.registry import Registry
 from agentrl.envs.verify import verify
-from agentrl.harness.context import compact
+from agentrl.harness.context import SUMMARY_REQUEST, compact, restart
 from agentrl.harness.engine import Engine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.records import Episode, Segment, TurnStats
@@ -35,6 +35,7 @@ class _Live:
     box: ToolBox
     view: list[dict[str, Any]]  # the messages as the current segment renders them
     segment: Segment = field(default_factory=Segment)
+    summarizing: bool = False  # the next turn is the progress summary a restart asked for
 
 
 def _seed(seed: int, turn: int) -> int:
@@ -114,8 +115,17 @@ class Harness:
         )
 
     def _append_responses(self, live: _Live, tool_messages: list[dict[str, Any]]) -> None:
-        inserted = self._inserted(live, tool_messages)
         room = self.cfg.context_limit - self.cfg.max_new_tokens
+        if self.cfg.context == "summary" and self._past_threshold(live, tool_messages):
+            request = [*tool_messages, {"role": "user", "content": SUMMARY_REQUEST}]
+            inserted = self._inserted(live, request)
+            if len(live.segment.ids) + len(inserted) <= room:
+                live.view += request
+                live.episode.messages.append(request[-1])
+                live.segment.add(inserted, policy=False)
+                live.summarizing = True
+                return
+        inserted = self._inserted(live, tool_messages)
         if len(live.segment.ids) + len(inserted) <= room:
             live.view += tool_messages
             live.segment.add(inserted, policy=False)
@@ -125,6 +135,18 @@ class Harness:
             self._finish(live, "context_limit")
             return
         live.view = compacted
+        if self._new_segment(live):
+            live.episode.compactions += 1
+        else:
+            self._finish(live, "context_limit")
+
+    def _past_threshold(self, live: _Live, tool_messages: list[dict[str, Any]]) -> bool:
+        after = len(live.segment.ids) + len(self._inserted(live, tool_messages))
+        return after + self.cfg.max_new_tokens > self.cfg.summary_at * self.cfg.context_limit
+
+    def _restart_from_summary(self, live: _Live, summary: str) -> None:
+        live.summarizing = False
+        live.view = restart(live.episode.messages[0], summary)
         if self._new_segment(live):
             live.episode.compactions += 1
         else:
@@ -152,6 +174,10 @@ class Harness:
                 live.episode.messages.append(assistant)
                 live.view.append(assistant)
                 self._check_retokenization(live)
+                if live.summarizing:
+                    live.episode.turns.append(TurnStats(len(gen.ids), 0, {}, 0, not gen.stopped))
+                    self._restart_from_summary(live, text)
+                    continue
                 parsed = parse(text, self.fmt, live.record["tools"])
                 calls = [(c.name, c.arguments) for c in parsed.calls]
                 stats = TurnStats(
