@@ -256,7 +256,7 @@ class HarnessSection(Strict):
     context: Literal["none", "window", "summary"] = Field(
         "none",
         description="none: the full history; window: keep the task and the last "
-        "`window_keep` tool responses, older ones become a one-line placeholder "
+        "`window_keep` tool responses, older ones become a one-line omission marker "
         "(sliding-window observation filtering); summary: past `summary_at` of the "
         "limit the model writes a progress summary (a trained turn) and the episode "
         "restarts from the task and that summary in a new segment (context restart, "

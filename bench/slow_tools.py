@@ -18,28 +18,23 @@ from agentrl.tools.executor import ToolSet
 from agentrl.tools.schema import Surface, canonical_schema
 
 
-def slow_lookup(key: str) -> str:
-    """A remote lookup that takes a while.
-
-    Args:
-        key: What to look up.
-    """
-    time.sleep(LATENCY)
-    return key.upper()
-
-
-LATENCY = 0.2
-
-
 def main() -> None:
-    global LATENCY
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--calls", type=int, default=2)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=64)
     args = parser.parse_args()
-    LATENCY = args.latency
+
+    def slow_lookup(key: str) -> str:
+        """A remote lookup that takes a while.
+
+        Args:
+            key: What to look up.
+        """
+        time.sleep(args.latency)
+        return key.upper()
+
     surface = Surface.canonical(canonical_schema(slow_lookup))
     tools = ToolSet({"slow_lookup": slow_lookup}, {"slow_lookup": surface})
     work = [(tools, [("slow_lookup", {"key": f"k{i}"})] * args.calls) for i in range(args.episodes)]

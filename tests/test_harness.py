@@ -17,7 +17,7 @@ from agentrl.chat import get_format, render_text
 from agentrl.chat.render import render_assistant
 from agentrl.config import HarnessSection, ModelSection
 from agentrl.envs.registry import Registry
-from agentrl.harness.context import PLACEHOLDER
+from agentrl.harness.context import OMITTED
 from agentrl.harness.engine import Generation, HFEngine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.loop import Harness
@@ -174,7 +174,7 @@ def test_peak_context_never_exceeds_the_limit(setup, strategy: str) -> None:
         for e in compacted:
             assert len(e.segments) == e.compactions + 1
             later = tokenizer.decode(e.segments[1].ids)
-            assert PLACEHOLDER in later
+            assert OMITTED in later
             assert (
                 e.segments[1].loss_mask[: e.segments[1].prompt_len]
                 == [0] * e.segments[1].prompt_len

@@ -2,7 +2,7 @@
 
 ``none`` keeps everything (the episode ends when the next turn would not fit).
 ``window`` is sliding-window observation filtering, applied on demand: when the next turn
-would not fit, every tool response but the last ``keep`` becomes a one-line placeholder;
+would not fit, every tool response but the last ``keep`` becomes a one-line omission marker;
 the task and all assistant turns stay. The rewritten view starts a new segment.
 ``summary`` is a context restart: past a threshold the harness asks for a progress summary
 (the request is inserted, the summary is a generated turn trained like any other), then
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PLACEHOLDER = "[older tool response omitted]"
+OMITTED = "[older tool response omitted]"
 SUMMARY_REQUEST = (
     "Context is running out. Write a short progress summary: what you found (exact values) "
     "and what remains to do. Do not call tools in this turn."
@@ -26,11 +26,11 @@ def restart(task: dict[str, Any], summary: str) -> list[dict[str, Any]]:
 
 
 def window(messages: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
-    """``messages`` with all but the last ``keep`` tool responses replaced by a placeholder."""
+    """``messages`` with all but the last ``keep`` tool responses replaced by an omission marker."""
     tool_positions = [i for i, m in enumerate(messages) if m["role"] == "tool"]
     dropped = set(tool_positions[:-keep]) if keep else set(tool_positions)
     return [
-        {**m, "content": PLACEHOLDER} if i in dropped and m["content"] != PLACEHOLDER else m
+        {**m, "content": OMITTED} if i in dropped and m["content"] != OMITTED else m
         for i, m in enumerate(messages)
     ]
 

@@ -51,13 +51,11 @@ class Harness:
         registry: Registry,
         cfg: HarnessSection,
     ):
-        self.engine, self.tokenizer, self.fmt, self.registry, self.cfg = (
-            engine,
-            tokenizer,
-            fmt,
-            registry,
-            cfg,
-        )
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.fmt = fmt
+        self.registry = registry
+        self.cfg = cfg
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
 
@@ -116,17 +114,21 @@ class Harness:
 
     def _append_responses(self, live: _Live, tool_messages: list[dict[str, Any]]) -> None:
         room = self.cfg.context_limit - self.cfg.max_new_tokens
-        if self.cfg.context == "summary" and self._past_threshold(live, tool_messages):
+        inserted = self._inserted(live, tool_messages)
+        after = len(live.segment.ids) + len(inserted)
+        if (
+            self.cfg.context == "summary"
+            and after > self.cfg.summary_at * self.cfg.context_limit - self.cfg.max_new_tokens
+        ):
             request = [*tool_messages, {"role": "user", "content": SUMMARY_REQUEST}]
-            inserted = self._inserted(live, request)
-            if len(live.segment.ids) + len(inserted) <= room:
+            asked = self._inserted(live, request)
+            if len(live.segment.ids) + len(asked) <= room:
                 live.view += request
                 live.episode.messages.append(request[-1])
-                live.segment.add(inserted, policy=False)
+                live.segment.add(asked, policy=False)
                 live.summarizing = True
                 return
-        inserted = self._inserted(live, tool_messages)
-        if len(live.segment.ids) + len(inserted) <= room:
+        if after <= room:
             live.view += tool_messages
             live.segment.add(inserted, policy=False)
             return
@@ -139,10 +141,6 @@ class Harness:
             live.episode.compactions += 1
         else:
             self._finish(live, "context_limit")
-
-    def _past_threshold(self, live: _Live, tool_messages: list[dict[str, Any]]) -> bool:
-        after = len(live.segment.ids) + len(self._inserted(live, tool_messages))
-        return after + self.cfg.max_new_tokens > self.cfg.summary_at * self.cfg.context_limit
 
     def _restart_from_summary(self, live: _Live, summary: str) -> None:
         live.summarizing = False
@@ -197,7 +195,6 @@ class Harness:
                 for obs in observations:
                     if obs.error:
                         stats.call_errors[obs.error] = stats.call_errors.get(obs.error, 0) + 1
-                live.episode.observations += [o.text for o in observations]
                 tool_messages = [{"role": "tool", "content": o.text} for o in observations]
                 live.episode.messages += tool_messages
                 self._append_responses(live, tool_messages)

@@ -52,9 +52,13 @@ class Episode:
     success: bool = False
     grounded: bool = False
     verdict: str = ""
-    observations: list[str] = field(default_factory=list)
     compactions: int = 0
     retokenize_mismatches: int = 0
+
+    @property
+    def observations(self) -> list[str]:
+        """Every tool response (and error) the model was shown, in order."""
+        return [m["content"] for m in self.messages if m["role"] == "tool"]
 
     @property
     def peak_context(self) -> int:
@@ -63,4 +67,5 @@ class Episode:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["peak_context"] = self.peak_context
+        out["observations"] = self.observations
         return out
