@@ -5,6 +5,8 @@ agentrl params                 # validate params.yaml, print the typed result
 agentrl families               # families, their tools and vocabulary sizes
 agentrl sample calculator      # one freshly synthesised, verified sample as JSON
 agentrl rollout --model models/sft --split test --n 32 --context window --out runs/test.jsonl
+agentrl serve --model models/sft --port 8000   # OpenAI-compatible completions server
+agentrl rollout --model models/sft --engine openai --url http://127.0.0.1:8000 --out runs/x.jsonl
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ def rollout(
     n: int = typer.Option(32, min=1, help="tasks"),
     samples: int = typer.Option(1, min=1, help="episodes per task"),
     context: str | None = typer.Option(None, help="context strategy; default harness.context"),
+    engine: str | None = typer.Option(None, help="hf | openai; default harness.engine"),
+    url: str | None = typer.Option(None, help="openai engine server; default harness.engine_url"),
     path: ParamsFile = Path("params.yaml"),
 ) -> None:
     """Run a model through the agent harness on a split; write trajectories, print figures."""
@@ -103,38 +107,69 @@ def rollout(
     from agentrl.dataset import iter_records
     from agentrl.envs.registry import Registry
     from agentrl.errors import StageError
-    from agentrl.harness.engine import HFEngine
+    from agentrl.harness.build import build_engine
     from agentrl.harness.loop import Harness
     from agentrl.harness.metrics import summarize
-    from agentrl.model.build import load_model_dir
 
     cfg = _params(path)
-    harness_cfg = cfg.harness
-    if context is not None:
-        try:
-            harness_cfg = type(harness_cfg).model_validate(
-                harness_cfg.model_dump() | {"context": context}
-            )
-        except ValueError as err:
-            console.print(f"[red]error:[/red] --context: {context!r} is not a context strategy")
-            raise typer.Exit(2) from err
+    overrides = {"context": context, "engine": engine, "engine_url": url}
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        harness_cfg = type(cfg.harness).model_validate(cfg.harness.model_dump() | overrides)
+    except ValueError as err:
+        for problem in err.errors():
+            option = str(problem["loc"][0]).replace("engine_", "")
+            console.print(f"[red]error:[/red] --{option}: {problem['input']!r} is not valid")
+        raise typer.Exit(2) from err
     fmt = get_format(cfg.model.format)
     try:
         records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
-        policy, tokenizer = load_model_dir(model, fmt)
+        policy_engine, tokenizer = build_engine(harness_cfg, model, fmt)
+        torch.manual_seed(cfg.base.seed)
+        registry = Registry(cfg.synth.envs, cfg.synth.heldout_tool_share)
+        harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)
+        try:
+            episodes = harness.run(records, samples=samples, seed=cfg.base.seed)
+        finally:
+            harness.close()
     except StageError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from err
-    torch.manual_seed(cfg.base.seed)
-    registry = Registry(cfg.synth.envs, cfg.synth.heldout_tool_share)
-    harness = Harness(HFEngine(policy, tokenizer), tokenizer, fmt, registry, harness_cfg)
-    episodes = harness.run(records, samples=samples, seed=cfg.base.seed)
-    harness.close()
     write_text_atomic(out, "".join(json.dumps(e.to_json()) + "\n" for e in episodes))
     table = Table("metric", "value", title=f"{model} on {split} ({harness_cfg.context})")
     for key, value in summarize(episodes).items():
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     console.print(table)
+
+
+@app.command()
+def serve(
+    model: Annotated[Path, typer.Option(help="a saved model dir (models/sft, models/rl, ...)")],
+    host: str = typer.Option("127.0.0.1", help="bind address (127.0.0.1: this machine only)"),
+    port: int = typer.Option(8000, help="port"),
+    name: str | None = typer.Option(None, help="served model name; default harness.engine_model"),
+    path: ParamsFile = Path("params.yaml"),
+) -> None:
+    """Serve a checkpoint as an OpenAI-compatible completions endpoint (token ids in/out)."""
+    import uvicorn
+
+    from agentrl.chat import get_format
+    from agentrl.errors import StageError
+    from agentrl.harness.engine import HFEngine
+    from agentrl.model.build import load_model_dir
+    from agentrl.serve import build_app
+
+    cfg = _params(path)
+    try:
+        policy, tokenizer = load_model_dir(model, get_format(cfg.model.format))
+    except StageError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from err
+    served = name or cfg.harness.engine_model
+    limit = policy.config.max_position_embeddings
+    app_ = build_app(HFEngine(policy, tokenizer), tokenizer, served, limit)
+    console.print(f"serving {model} as '{served}' on http://{host}:{port}/v1")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
 
 if __name__ == "__main__":

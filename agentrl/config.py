@@ -248,23 +248,45 @@ class TrainSection(Strict):
 class HarnessSection(Strict):
     """How a model acts: the agent loop shared by rl, eval and ``agentrl rollout``."""
 
+    engine: Literal["hf", "openai"] = Field(
+        "hf",
+        description="hf: the model in this process (batched generate, KV cache); openai: "
+        "an OpenAI-compatible completions server with token ids in and out (vllm serve, "
+        "SGLang, agentrl serve) at `engine_url`.",
+    )
+    engine_url: str = Field("http://127.0.0.1:8000", description="Server of the openai engine.")
+    engine_model: str = Field("policy", description="Model name the openai engine asks for.")
+    engine_reload: Literal["agentrl", "sglang", "vllm"] = Field(
+        "agentrl",
+        description="How the openai engine takes new weights between RL steps: "
+        "agentrl/sglang POST /update_weights_from_disk; vllm POST /collective_rpc "
+        "reload_weights + /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1).",
+    )
     max_turns: int = Field(8, ge=1, description="Assistant turns before an episode is cut off.")
     max_new_tokens: int = Field(128, ge=1, description="Tokens one assistant turn may generate.")
     context_limit: int = Field(
         1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
     )
-    context: Literal["none", "window", "summary"] = Field(
+    context: Literal["none", "window", "summary", "adaptive"] = Field(
         "none",
         description="none: the full history; window: keep the task and the last "
         "`window_keep` tool responses, older ones become a one-line omission marker "
         "(sliding-window observation filtering); summary: past `summary_at` of the "
         "limit the model writes a progress summary (a trained turn) and the episode "
         "restarts from the task and that summary in a new segment (context restart, "
-        "seeds/ note on context management).",
+        "seeds/ note on context management); adaptive: the same restart, asked for only "
+        "when the turns still allowed, at the largest growth per turn seen so far, would "
+        "not fit in the room left (the threshold follows the remaining budget and the "
+        "observed turn sizes instead of a fixed share).",
     )
     window_keep: int = Field(2, ge=1, description="Tool responses kept verbatim by `window`.")
     summary_at: float = Field(
         0.6, gt=0, lt=1, description="Share of context_limit at which `summary` restarts."
+    )
+    self_check: bool = Field(
+        False,
+        description="Before an answer ends the episode, ask the model once to check it "
+        "against the tool results and answer again (a trained turn); the second answer counts.",
     )
     temperature: float = Field(1.0, ge=0, description="0 decodes greedily.")
     top_p: float = Field(1.0, gt=0, le=1)

@@ -3,7 +3,7 @@
 Every engine takes and returns token ids, so trajectories stay token-exact whichever
 engine made them. ``HFEngine`` runs an in-process transformers model: batched generation
 with a KV cache, left padding, the end-of-turn token as stop id, temperature and top-p,
-seeded per call. Its log-probs are those of the sampled token under the model's own
+seeded per call. ``OpenAIEngine`` (``openai_engine.py``) does the same over HTTP. Its log-probs are those of the sampled token under the model's own
 distribution (temperature 1, before top-p), the quantity the trainer recomputes, so the
 rollout/train gap measures engine mismatch only.
 """
@@ -11,12 +11,18 @@ rollout/train gap measures engine mismatch only.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from agentrl.chat.formats import IM_END
+from agentrl.errors import StageError
 from agentrl.model.generate import left_pad
+
+
+class EngineError(StageError):
+    """An engine could not generate or take new weights (server down, bad reply, ...)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class Generation:
 class Engine(Protocol):
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]: ...
 
+    def load_weights(self, model_dir: Path) -> None:
+        """Serve the weights saved in ``model_dir`` from the next ``generate`` on."""
+        ...
+
 
 class HFEngine:
     """Batched sampling from a transformers causal LM held in this process.
@@ -50,6 +60,17 @@ class HFEngine:
         self.bucket = bucket
         self.pad_id = tokenizer.pad_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+
+    def load_weights(self, model_dir: Path) -> None:
+        """Copy saved weights into the held module (a trainer sharing the module needs
+        no call at all: its updates are already what ``generate`` uses)."""
+        from transformers import AutoModelForCausalLM
+
+        try:
+            saved = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.model.dtype)
+            self.model.load_state_dict(saved.state_dict())
+        except (OSError, ValueError, RuntimeError) as err:
+            raise EngineError(f"{model_dir}: cannot load weights: {str(err)[:200]}") from err
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         """Prompts of similar length are generated together, ``bucket`` at a time: left

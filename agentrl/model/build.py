@@ -57,21 +57,31 @@ def load_hf(source: str, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
     return model, tokenizer
 
 
-def load_model_dir(path: Path, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
-    """Load a model saved by a stage; missing files and unfit tokenizers are ModelErrors."""
+def load_tokenizer_dir(path: Path, fmt: ChatFormat) -> Any:
+    """The tokenizer saved with a model (an engine in another process still needs it)."""
     if not path.is_dir():
         raise ModelError(f"{path}: model directory not found (run the upstream stage)")
-    for name in ("config.json", "tokenizer.json"):
-        if not (path / name).is_file():
-            raise ModelError(f"{path}: {name} is missing; the directory is not a saved model")
+    if not (path / "tokenizer.json").is_file():
+        raise ModelError(f"{path}: tokenizer.json is missing; the directory is not a saved model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"{path}: cannot load the tokenizer: {str(err)[:200]}") from err
+    missing = check_tokenizer(tokenizer, fmt)
+    if missing:
+        raise ModelError(f"{path}: tokenizer lacks the '{fmt.name}' format tokens {missing}")
+    return tokenizer
+
+
+def load_model_dir(path: Path, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
+    """Load a model saved by a stage; missing files and unfit tokenizers are ModelErrors."""
+    tokenizer = load_tokenizer_dir(path, fmt)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: config.json is missing; the directory is not a saved model")
+    try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as err:
         raise ModelError(
             f"{path}: cannot load the model: {str(err).splitlines()[0][:200]}"
         ) from err
-    missing = check_tokenizer(tokenizer, fmt)
-    if missing:
-        raise ModelError(f"{path}: tokenizer lacks the '{fmt.name}' format tokens {missing}")
     return model, tokenizer

@@ -1,0 +1,26 @@
+"""Build the engine ``harness.engine`` names for a saved model, as rl, eval and the CLI do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentrl.chat import ChatFormat
+from agentrl.chat.formats import IM_END
+from agentrl.config import HarnessSection
+from agentrl.harness.engine import Engine, HFEngine
+from agentrl.model.build import load_model_dir, load_tokenizer_dir
+
+
+def build_engine(cfg: HarnessSection, model_dir: Path, fmt: ChatFormat) -> tuple[Engine, Any]:
+    """The engine and the tokenizer for ``model_dir``; the openai engine loads no weights
+    here (the server holds them) but renders with the tokenizer saved beside them."""
+    if cfg.engine == "openai":
+        from agentrl.harness.openai_engine import OpenAIEngine
+
+        tokenizer = load_tokenizer_dir(model_dir, fmt)
+        stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+        engine = OpenAIEngine(cfg.engine_url, cfg.engine_model, stop_id, cfg.engine_reload)
+        return engine, tokenizer
+    model, tokenizer = load_model_dir(model_dir, fmt)
+    return HFEngine(model, tokenizer), tokenizer
