@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--sequential", type=int, default=16)
     parser.add_argument("--serve", action="store_true", help="through agentrl serve over HTTP")
+    parser.add_argument("--bucket", type=int, default=32, help="hf engine rows per generate call")
     args = parser.parse_args()
     params = load_params(args.params)
     fmt = get_format(params.model.format)
@@ -80,7 +81,7 @@ def main() -> None:
             url, params.harness.engine_model, tokenizer.convert_tokens_to_ids(IM_END)
         )
     else:
-        engine = HFEngine(model, tokenizer)
+        engine = HFEngine(model, tokenizer, bucket=args.bucket)
     harness = Harness(
         engine,
         tokenizer,

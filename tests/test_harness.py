@@ -13,7 +13,7 @@ from conftest import TINY_MODEL, read_split
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrl.chat import get_format, render_text
+from agentrl.chat import get_format, render_ids, render_text
 from agentrl.chat.render import render_assistant
 from agentrl.config import HarnessSection, ModelSection
 from agentrl.envs.registry import Registry
@@ -306,3 +306,24 @@ def test_summary_restarts_from_the_task_and_a_trained_summary(setup) -> None:
     assert "Progress so far:" in restarted and summary in restarted
     assert "<tool_response>" not in restarted
     assert sum(second.loss_mask[: second.prompt_len]) == 0
+
+
+def test_prefix_cache_equals_a_full_prefill_and_empties_on_new_weights(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    cached, plain = (HFEngine(model, tokenizer, bucket=4, prefix_cache=c) for c in (True, False))
+    prompts = [render_ids(tokenizer, fmt, r["messages"][:1], r["tools"], True)[0] for r in records]
+    appended = tokenizer("<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n")
+    for turn in range(3):  # each turn extends every prompt by its generation and a response
+        sampling = Sampling(max_new_tokens=16, seed=turn)
+        a, b = cached.generate(prompts, sampling), plain.generate(prompts, sampling)
+        for ga, gb in zip(a, b, strict=True):
+            assert ga.ids == gb.ids and ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
+        prompts = [p + g.ids + appended["input_ids"] for p, g in zip(prompts, a, strict=True)]
+    assert cached.cache.reused_tokens > 0 and plain.cache is None
+    kept = cached.cache.entries[0]
+    longer = [*kept.ids, 5]
+    assert cached.cache.lookup(longer) is kept
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)  # an optimizer step, in place
+    assert cached.cache.lookup(longer) is None and cached.cache.entries == []

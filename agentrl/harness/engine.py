@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StaticCache,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from agentrl.chat.formats import IM_END
 from agentrl.errors import StageError
+from agentrl.harness.prefix_cache import Entry, PrefixCache, assemble, extract
 from agentrl.model.generate import left_pad
 
 
@@ -48,18 +56,42 @@ class Engine(Protocol):
         ...
 
 
+class GumbelNoise(LogitsProcessor):
+    """Adds Gumbel noise, so that the argmax is an exact sample of softmax(scores): the
+    same distribution as multinomial sampling at a tenth of its cost on CPU batches."""
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        uniform = torch.rand(scores.shape, generator=self.generator).clamp_(min=1e-20)
+        return scores - torch.log(-torch.log(uniform)).to(scores.device)
+
+
+def _processors(sampling: Sampling) -> LogitsProcessorList:
+    if sampling.temperature == 0:
+        return LogitsProcessorList()
+    steps: list[LogitsProcessor] = [TemperatureLogitsWarper(sampling.temperature)]
+    if sampling.top_p < 1:
+        steps.append(TopPLogitsWarper(sampling.top_p))
+    return LogitsProcessorList([*steps, GumbelNoise(sampling.seed)])
+
+
 class HFEngine:
     """Batched sampling from a transformers causal LM held in this process.
 
     ``model`` is the module the trainer updates, so new weights are visible to the next
-    ``generate`` without any copy (the in-process form of a weight sync).
+    ``generate`` without any copy (the in-process form of a weight sync). With
+    ``prefix_cache`` an episode's next turn prefills only what was appended since its
+    last turn (``prefix_cache.py``).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, bucket: int = 32):
+    def __init__(self, model: Any, tokenizer: Any, bucket: int = 32, prefix_cache: bool = True):
         self.model = model
         self.bucket = bucket
         self.pad_id = tokenizer.pad_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.cache = PrefixCache(model) if prefix_cache else None
 
     def load_weights(self, model_dir: Path) -> None:
         """Copy saved weights into the held module (a trainer sharing the module needs
@@ -77,44 +109,77 @@ class HFEngine:
         padding to the longest prompt of a bucket, not of the whole batch."""
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
+        kept: list[Entry] = []
         for start in range(0, len(order), self.bucket):
             chunk = order[start : start + self.bucket]
             seeded = replace(sampling, seed=sampling.seed + start)
-            for i, generation in zip(
-                chunk, self._generate([prompts[i] for i in chunk], seeded), strict=True
-            ):
+            generations, entries = self._generate([prompts[i] for i in chunk], seeded)
+            kept += entries
+            for i, generation in zip(chunk, generations, strict=True):
                 out[i] = generation
+        if self.cache is not None:
+            self.cache.replace(kept)
         return out  # type: ignore[return-value]
 
     @torch.no_grad()
-    def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
+    def _generate(
+        self, prompts: list[list[int]], sampling: Sampling
+    ) -> tuple[list[Generation], list[Entry]]:
         was_training = self.model.training
         self.model.eval()
-        ids, attention = left_pad(prompts, self.pad_id)
-        greedy = sampling.temperature == 0
-        torch.manual_seed(sampling.seed)
+        hits = [self.cache.lookup(p) if self.cache else None for p in prompts]
+        cached = [len(hit.ids) if hit else 0 for hit in hits]
+        new_ids, new_attention = left_pad(
+            [p[c:] for p, c in zip(prompts, cached, strict=True)], self.pad_id
+        )
+        width = max(cached)
+        if width:  # cached rows right-aligned in `width` columns, then the new tokens
+            old_attention = torch.zeros((len(prompts), width), dtype=torch.long)
+            for row, c in enumerate(cached):
+                old_attention[row, width - c :] = 1
+            ids = torch.cat([torch.full_like(old_attention, self.pad_id), new_ids], dim=1)
+            attention = torch.cat([old_attention, new_attention], dim=1)
+        else:
+            ids, attention = new_ids, new_attention
+        # A static cache (no per-token torch.cat of a growing one), holding the hits first.
+        cache = StaticCache(self.model.config, max_cache_len=ids.shape[1] + sampling.max_new_tokens)
+        if width:
+            for layer, (keys, values) in enumerate(assemble(hits, width)):
+                cache.update(keys, values, layer)
         out = self.model.generate(
             input_ids=ids,
             attention_mask=attention,
             max_new_tokens=sampling.max_new_tokens,
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None,
+            do_sample=False,  # sampling is the Gumbel-max argmax of `_processors`
+            logits_processor=_processors(sampling),
             eos_token_id=self.stop_id,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
             output_logits=True,
-            cache_implementation="static",  # no per-token torch.cat of a growing cache
+            cache=cache,
         )
         self.model.train(was_training)
-        new = out.sequences[:, ids.shape[1] :]
+        total = ids.shape[1]
+        new = out.sequences[:, total:]
         logits = torch.stack(out.logits, dim=1).float()  # (batch, steps, vocab), raw
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])[..., 0]
-        results = []
-        for row, row_logprobs in zip(new.tolist(), logprobs.tolist(), strict=True):
-            end = row.index(self.stop_id) + 1 if self.stop_id in row else len(row)
+        results, entries = [], []
+        for row, (generated, row_logprobs) in enumerate(
+            zip(new.tolist(), logprobs.tolist(), strict=True)
+        ):
+            end = generated.index(self.stop_id) + 1 if self.stop_id in generated else len(generated)
             results.append(
-                Generation(row[:end], row_logprobs[:end], stopped=self.stop_id in row[:end])
+                Generation(
+                    generated[:end], row_logprobs[:end], stopped=self.stop_id in generated[:end]
+                )
             )
-        return results
+            if self.cache is not None:  # every token but the last sampled one went through
+                columns = torch.cat(
+                    [
+                        torch.arange(width - cached[row], width),
+                        torch.arange(total - (len(prompts[row]) - cached[row]), total + end - 1),
+                    ]
+                )
+                kv = extract(out.cache, row, columns)
+                entries.append(Entry(prompts[row] + generated[: end - 1], kv))
+        return results, entries
