@@ -327,3 +327,55 @@ def test_prefix_cache_equals_a_full_prefill_and_empties_on_new_weights(setup) ->
     with torch.no_grad():
         next(model.parameters()).add_(0.01)  # an optimizer step, in place
     assert cached.cache.lookup(longer) is None and cached.cache.entries == []
+
+
+def test_adaptive_restarts_later_than_a_fixed_threshold_and_never_when_the_rest_fits(
+    setup,
+) -> None:
+    fmt, tokenizer, records, _ = setup
+    record = records[0]
+    summary = "Found nothing final yet; remaining: call the tool again."
+    prompt = len(
+        tokenizer(render_text(fmt, record["messages"][:1], record["tools"], True)[0])["input_ids"]
+    )
+    limit = prompt + 500
+    runs = {}
+    for strategy in ("summary", "adaptive"):
+        engine = RuleEngine(tokenizer, oracle_script(fmt, record)[0], summary)
+        (runs[strategy],) = harness(
+            setup, engine, context=strategy, context_limit=limit, max_new_tokens=64, max_turns=14
+        ).run([record])
+        assert runs[strategy].peak_context <= limit
+    fixed, adaptive = runs["summary"], runs["adaptive"]
+    assert 1 <= adaptive.compactions < fixed.compactions
+    assert adaptive.peak_context > fixed.peak_context  # it uses the room it has
+    # with turns enough for the rest of the episode inside the limit, no restart at all
+    engine = RuleEngine(tokenizer, oracle_script(fmt, record)[0], summary)
+    (short,) = harness(
+        setup, engine, context="adaptive", context_limit=limit, max_new_tokens=64, max_turns=2
+    ).run([record])
+    assert short.compactions == 0 and short.end_reason == "max_turns"
+
+
+def test_self_check_asks_once_and_the_second_answer_counts(setup) -> None:
+    from agentrl.harness.context import CHECK_REQUEST
+
+    fmt, tokenizer, records, _ = setup
+    scripts = [oracle_script(fmt, r) for r in records]
+    engine = ScriptedEngine(tokenizer, scripts)  # repeats its last turn: the same answer
+    episodes = harness(setup, engine, context_limit=4096, max_turns=12, self_check=True).run(
+        records
+    )
+    for episode, script in zip(episodes, scripts, strict=True):
+        assert episode.success and episode.end_reason == "answer"
+        assert len(episode.turns) == len(script) + 1
+        asked = [m for m in episode.messages if m["content"] == CHECK_REQUEST]
+        assert len(asked) == 1 and asked[0]["role"] == "user"
+        (segment,) = episode.segments
+        request_ids = tokenizer(CHECK_REQUEST, add_special_tokens=False)["input_ids"]
+        start = next(
+            i
+            for i in range(len(segment.ids))
+            if segment.ids[i : i + len(request_ids)] == request_ids
+        )
+        assert segment.loss_mask[start : start + len(request_ids)] == [0] * len(request_ids)

@@ -7,6 +7,8 @@ the task and all assistant turns stay. The rewritten view starts a new segment.
 ``summary`` is a context restart: past a threshold the harness asks for a progress summary
 (the request is inserted, the summary is a generated turn trained like any other), then
 the episode continues from the task plus that summary in a new segment.
+``adaptive`` is the same restart, asked for only when the remaining turns at the largest
+growth per turn seen so far would not fit (``loop.Harness._wants_summary``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ OMITTED = "[older tool response omitted]"
 SUMMARY_REQUEST = (
     "Context is running out. Write a short progress summary: what you found (exact values) "
     "and what remains to do. Do not call tools in this turn."
+)
+
+CHECK_REQUEST = (
+    "Before you finish: check your answer against the tool results above. If it is right, "
+    "give the same final answer again; if not, correct it (you may call tools)."
 )
 
 

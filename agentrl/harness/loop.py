@@ -20,7 +20,7 @@ from agentrl.config import HarnessSection
 from agentrl.envs.base import ToolBox
 from agentrl.envs.registry import Registry
 from agentrl.envs.verify import verify
-from agentrl.harness.context import SUMMARY_REQUEST, compact, restart
+from agentrl.harness.context import CHECK_REQUEST, SUMMARY_REQUEST, compact, restart
 from agentrl.harness.engine import Engine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.records import Episode, Segment, TurnStats
@@ -36,6 +36,9 @@ class _Live:
     view: list[dict[str, Any]]  # the messages as the current segment renders them
     segment: Segment = field(default_factory=Segment)
     summarizing: bool = False  # the next turn is the progress summary a restart asked for
+    checked: bool = False  # the self-check request was made
+    turn_start: int = 0  # segment length before the current turn
+    growth: list[int] = field(default_factory=list)  # tokens each turn added (turn + responses)
 
 
 def _seed(seed: int, turn: int) -> int:
@@ -58,6 +61,7 @@ class Harness:
         self.cfg = cfg
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
+        self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
 
     # --- token bookkeeping -------------------------------------------------------------
     def _prompt(self, live: _Live) -> list[int]:
@@ -112,14 +116,30 @@ class Harness:
             verdict.reason,
         )
 
+    def _wants_summary(self, live: _Live, after: int) -> bool:
+        """Ask for a progress summary now? ``summary``: past a fixed share of the limit.
+        ``adaptive``: only if the turns still allowed, at the largest growth per turn seen,
+        would not fit, and only at the last turn after which the request, the summary and
+        one more turn would no longer fit."""
+        cfg = self.cfg
+        if cfg.context == "summary":
+            return after > cfg.summary_at * cfg.context_limit - cfg.max_new_tokens
+        if cfg.context != "adaptive":
+            return False
+        growth = max(live.growth)
+        room = cfg.context_limit - after
+        turns_left = cfg.max_turns - len(live.episode.turns)
+        if turns_left <= 1 or turns_left * growth <= room:
+            return False  # the rest of the episode fits as it is
+        summary_turn = self.request_tokens + 16 + cfg.max_new_tokens  # 16: turn markers
+        return room < growth + summary_turn
+
     def _append_responses(self, live: _Live, tool_messages: list[dict[str, Any]]) -> None:
         room = self.cfg.context_limit - self.cfg.max_new_tokens
         inserted = self._inserted(live, tool_messages)
         after = len(live.segment.ids) + len(inserted)
-        if (
-            self.cfg.context == "summary"
-            and after > self.cfg.summary_at * self.cfg.context_limit - self.cfg.max_new_tokens
-        ):
+        live.growth.append(after - live.turn_start)
+        if self._wants_summary(live, after):
             request = [*tool_messages, {"role": "user", "content": SUMMARY_REQUEST}]
             asked = self._inserted(live, request)
             if len(live.segment.ids) + len(asked) <= room:
@@ -142,6 +162,18 @@ class Harness:
         else:
             self._finish(live, "context_limit")
 
+    def _ask_check(self, live: _Live) -> bool:
+        """Insert the self-check request if one more turn fits after it."""
+        live.checked = True
+        request = [{"role": "user", "content": CHECK_REQUEST}]
+        asked = self._inserted(live, request)
+        if len(live.segment.ids) + len(asked) + self.cfg.max_new_tokens > self.cfg.context_limit:
+            return False
+        live.view += request
+        live.episode.messages.append(request[0])
+        live.segment.add(asked, policy=False)
+        return True
+
     def _restart_from_summary(self, live: _Live, summary: str) -> None:
         live.summarizing = False
         live.view = restart(live.episode.messages[0], summary)
@@ -160,6 +192,8 @@ class Harness:
             sampling = Sampling(
                 self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.top_p, _seed(seed, turn)
             )
+            for live in active:
+                live.turn_start = len(live.segment.ids)
             generations = self.engine.generate([live.segment.ids for live in active], sampling)
             work, pending = [], []
             for live, gen in zip(active, generations, strict=True):
@@ -183,6 +217,14 @@ class Harness:
                 )
                 live.episode.turns.append(stats)
                 if not calls and not parsed.errors:
+                    turns_left = self.cfg.max_turns - len(live.episode.turns)
+                    if (
+                        self.cfg.self_check
+                        and not live.checked
+                        and turns_left
+                        and self._ask_check(live)
+                    ):
+                        continue
                     self._finish(live, "answer", text)
                     continue
                 work.append((live.tools, calls))
