@@ -291,6 +291,15 @@ class HarnessSection(Strict):
     temperature: float = Field(1.0, ge=0, description="0 decodes greedily.")
     top_p: float = Field(1.0, gt=0, le=1)
     tool_timeout_s: float = Field(5.0, gt=0, description="Wall time of one tool call.")
+    sandbox: Literal["subprocess", "docker"] = Field(
+        "subprocess",
+        description="Where code-running tools (the python family) run: subprocess (new "
+        "namespaces, user nobody, rlimits; needs root) or docker (a container per episode, "
+        "--network none, limits).",
+    )
+    sandbox_image: str = Field(
+        "agentrl-sandbox:latest", description="Image of the docker sandbox (python3 inside)."
+    )
     tool_workers: int = Field(8, ge=1, description="Tool calls of a batch run concurrently.")
 
 

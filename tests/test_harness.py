@@ -379,3 +379,22 @@ def test_self_check_asks_once_and_the_second_answer_counts(setup) -> None:
             if segment.ids[i : i + len(request_ids)] == request_ids
         )
         assert segment.loss_mask[start : start + len(request_ids)] == [0] * len(request_ids)
+
+
+def test_docker_sandbox_that_cannot_start_is_a_clear_error_observation() -> None:
+    from agentrl.envs.families.python_exec import PythonTools
+    from agentrl.tools import sandbox
+
+    sandbox.configure("docker", "agentrl-sandbox-missing:none")
+    try:
+        box = PythonTools({})
+        tools = ToolSet(
+            box.functions(), {"run_python": Surface.canonical(canonical_schema(box.run_python))}
+        )
+        observation = tools.call("run_python", {"code": "print(1)"})
+        box.close()
+    finally:
+        sandbox.configure("subprocess", "agentrl-sandbox:latest")
+    assert not observation.ok and "docker" in observation.text
+    with pytest.raises(ValueError, match="unknown sandbox 'vm'"):
+        sandbox.configure("vm", "x")

@@ -4,6 +4,7 @@ an error. Skipped, with the reason, only where the sandbox cannot run (not root)
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.harness.sandbox import SandboxLimits, run_python, unavailable_reason
+from agentrl.tools.sandbox import SandboxLimits, run_python, unavailable_reason
 
 REASON = unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"sandbox unavailable: {REASON}")
@@ -113,3 +114,56 @@ def test_the_program_runs_as_nobody() -> None:
     result = run_python("import os; print(os.getuid(), os.getgid())", FAST)
     assert result.stdout.split() == ["65534", "65534"]
     assert os.geteuid() == 0  # the test itself is the root that could have leaked
+
+
+PYTHON_ENV = "agentrl.envs.families.python_exec:PythonEnv"
+
+
+def test_python_family_samples_are_verified_by_running_the_oracle_code() -> None:
+    from agentrl.config import SplitSection, TeacherSection
+    from agentrl.envs.registry import Registry
+    from agentrl.synth.sampler import Sampler
+
+    sampler = Sampler(Registry([PYTHON_ENV]), 0, TeacherSection())
+    outcomes = [sampler.sample("sft", SplitSection(n=1), ["python"], i) for i in range(6)]
+    records = [o.record for o in outcomes if o.record is not None]
+    assert len(records) == 6, [o.reason for o in outcomes]
+    for record in records:
+        (call, result) = (
+            m for m in record["messages"] if m.get("tool_calls") or m["role"] == "tool"
+        )
+        assert "print(" in json.dumps(call["tool_calls"][0]["function"]["arguments"])
+        assert result["content"].strip().lstrip("-").isdigit()
+
+
+def test_model_written_escapes_through_the_python_tool_are_error_observations() -> None:
+    from agentrl.config import SplitSection, TeacherSection
+    from agentrl.envs.registry import Registry
+    from agentrl.synth.sampler import Sampler
+
+    registry = Registry([PYTHON_ENV])
+    record = (
+        Sampler(registry, 0, TeacherSection())
+        .sample("sft", SplitSection(n=1), ["python"], 0)
+        .record
+    )
+    tools, box = registry.bind(record["env"])
+    surface = record["env"]["surfaces"]["run_python"]
+    name, arg = surface["name"], surface["args"]["code"]
+    attempts = {
+        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)": "Error:",
+        "import os; print(os.environ.get('AGENTRL_SECRET', 'no secret'))": "no secret",
+        "open('/etc/agentrl_owned', 'w').write('x')": "Error:",
+        "while True: pass": "Error:",
+        "pass": "printed nothing",
+    }
+    os.environ["AGENTRL_SECRET"] = "hunter2"
+    try:
+        for code, expected in attempts.items():
+            observation = tools.call(name, {arg: code})
+            assert expected in observation.text, (code, observation.text)
+            assert "hunter2" not in observation.text
+    finally:
+        del os.environ["AGENTRL_SECRET"]
+        box.close()
+    assert not Path("/etc/agentrl_owned").exists()

@@ -56,6 +56,9 @@ class ToolBox:
         """Final state for state-checking verifiers; None when the tools are stateless."""
         return None
 
+    def close(self) -> None:
+        """Release what the episode held (a sandbox container); called when it ends."""
+
 
 Solver = Generator[Call, str, str]
 

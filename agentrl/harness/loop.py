@@ -24,6 +24,7 @@ from agentrl.harness.context import CHECK_REQUEST, SUMMARY_REQUEST, compact, res
 from agentrl.harness.engine import Engine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.records import Episode, Segment, TurnStats
+from agentrl.tools import sandbox
 from agentrl.tools.executor import Observation, ToolSet
 
 
@@ -61,6 +62,7 @@ class Harness:
         self.cfg = cfg
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
+        sandbox.configure(cfg.sandbox, cfg.sandbox_image)
         self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
 
     # --- token bookkeeping -------------------------------------------------------------
@@ -108,6 +110,7 @@ class Harness:
     def _finish(self, live: _Live, reason: str, final_text: str | None = None) -> None:
         ep = live.episode
         verdict = verify(live.record["verifier"], final_text, ep.observations, live.box.snapshot())
+        live.box.close()
         ep.done, ep.end_reason = True, reason
         ep.reward, ep.success, ep.grounded, ep.verdict = (
             verdict.reward,

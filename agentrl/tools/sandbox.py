@@ -1,4 +1,5 @@
-"""Run model-written Python in a separate, limited process (the ``subprocess`` executor).
+"""Run model-written Python in a separate, limited process (the ``subprocess`` sandbox;
+``docker_sandbox.py`` is the container one; ``open_sandbox`` gives the configured one).
 
 Each run gets new namespaces from ``unshare``: a network namespace with no interfaces but
 loopback (no network), a PID namespace (nothing outlives the run), and a mount namespace in which a small tmpfs is mounted on /tmp
@@ -20,6 +21,7 @@ import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 NOBODY = 65534
 
@@ -33,6 +35,9 @@ class SandboxLimits:
     wall_s: float = 10.0
     output_chars: int = 4000
     interpreter: str = "/usr/bin/python3"  # readable by user nobody, unlike a venv under /root
+
+
+DEFAULT_LIMITS = SandboxLimits()
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ def _limit(limits: SandboxLimits) -> None:
         resource.setrlimit(kind, (value, value))
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
+def run_python(code: str, limits: SandboxLimits = DEFAULT_LIMITS) -> SandboxResult:
     reason = unavailable_reason(limits.interpreter)
     if reason is not None:
         raise SandboxUnavailable(reason)
@@ -129,3 +134,35 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
     return SandboxResult(
         stdout[: limits.output_chars], stderr[-limits.output_chars :], status, error
     )
+
+
+class SubprocessSandbox:
+    """The per-episode handle of the subprocess sandbox: each program is its own run."""
+
+    def __init__(self, limits: SandboxLimits = DEFAULT_LIMITS):
+        self.limits = limits
+
+    def run(self, code: str) -> SandboxResult:
+        return run_python(code, self.limits)
+
+    def close(self) -> None:
+        pass
+
+
+_BACKEND = {"kind": "subprocess", "image": "agentrl-sandbox:latest"}
+
+
+def configure(kind: str, image: str) -> None:
+    """Select the sandbox code-running tools open (``harness.sandbox``), process-wide."""
+    if kind not in ("subprocess", "docker"):
+        raise ValueError(f"unknown sandbox '{kind}' (subprocess | docker)")
+    _BACKEND.update(kind=kind, image=image)
+
+
+def open_sandbox(limits: SandboxLimits = DEFAULT_LIMITS) -> Any:
+    """A sandbox for one episode, of the configured kind; ``close()`` it when done."""
+    if _BACKEND["kind"] == "docker":
+        from agentrl.tools.docker_sandbox import DockerSandbox
+
+        return DockerSandbox(_BACKEND["image"], limits)
+    return SubprocessSandbox(limits)
