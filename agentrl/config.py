@@ -106,6 +106,15 @@ class SplitSection(Strict):
         le=1.0,
         description="Share of trajectories with a wrong call, its real error and the fix.",
     )
+    summary_prob: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of samples with two or more calls that practise a context restart "
+        "(harness.context summary/adaptive): trained as two contexts, the history up to a "
+        "random call with the harness's summary request and a progress summary quoting every "
+        "result, then the task plus that summary followed by the rest of the episode.",
+    )
     copy_items: int = Field(
         0,
         ge=0,

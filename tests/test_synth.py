@@ -197,3 +197,32 @@ def test_impossible_split_fails_with_the_reason(tmp_path: Path) -> None:
         SynthError, match=r"split 'long_horizon': 0 of 5 samples after 20 draws \(too_short=20\)"
     ):
         _synth(tmp_path, splits=splits)
+
+
+def test_restart_practice_samples_train_as_two_faithful_contexts() -> None:
+    from agentrl.chat import get_format, render_text
+    from agentrl.config import SplitSection, TeacherSection
+    from agentrl.envs.registry import Registry
+    from agentrl.harness.context import SUMMARY_REQUEST
+    from agentrl.model.tokenizer import train_tokenizer
+    from agentrl.synth.sampler import Sampler
+    from agentrl.train.data import build_examples
+
+    split = SplitSection(n=1, summary_prob=1.0, difficulty={"ops": (3, 3)})
+    sampler = Sampler(Registry(), 0, TeacherSection())
+    records = [sampler.sample("sft", split, ["calculator"], i).record for i in range(4)]
+    for record in records:
+        before, after = record["contexts"]
+        assert before[-2] == {"role": "user", "content": SUMMARY_REQUEST}
+        summary = before[-1]["content"]
+        seen = [m["content"] for m in before if m["role"] == "tool"]
+        assert seen and all(o.strip() in summary for o in seen)  # exact values survive
+        assert after[0]["content"].endswith(f"Progress so far:\n{summary}")
+        calls = [m for m in record["messages"] if m["role"] == "assistant"]
+        assert [m for m in before[:-1] + after[1:] if m["role"] == "assistant"] == calls
+    fmt = get_format("hermes")
+    tokenizer = train_tokenizer(
+        [render_text(fmt, c, r["tools"])[0] for r in records for c in r["contexts"]], fmt, 600
+    )
+    examples, stats = build_examples(records, tokenizer, fmt, "assistant", 4096, "drop")
+    assert stats.records == len(examples) == 2 * len(records)

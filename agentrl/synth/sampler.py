@@ -15,7 +15,7 @@ from agentrl.envs.registry import Registry
 from agentrl.envs.world import World
 from agentrl.synth import verification
 from agentrl.synth.teacher import OpenAITeacher, TeacherError
-from agentrl.synth.trajectory import Trajectory, oracle_trajectory
+from agentrl.synth.trajectory import Trajectory, oracle_trajectory, restart_contexts
 from agentrl.tools.schema import Surface
 
 KNOBS = ("hops", "ops", "horizon", "num_tools")
@@ -159,6 +159,10 @@ class Sampler:
             return Outcome(index, family, None, reason)
         if record["meta"]["approx_tokens"] < cfg.min_tokens:
             return Outcome(index, family, None, "too_short")
+        if cfg.summary_prob and rng.random() < cfg.summary_prob:
+            contexts = restart_contexts(traj.messages, rng)
+            if contexts is not None:
+                record["contexts"] = contexts
         if split == "rl":  # RL gets the task, not the answer: keep the prompt only
             record["messages"] = traj.messages[:1]
         return Outcome(index, family, record, None)

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentrl.envs.base import Call, Environment, TaskSpec
 from agentrl.envs.verify import ANSWER_MARK
+from agentrl.harness.context import SUMMARY_REQUEST, restart
 from agentrl.tools.executor import ToolSet
 from agentrl.tools.vocab import VocabPartition
 
@@ -131,3 +132,33 @@ def oracle_trajectory(
     except StopIteration as stop:
         traj.messages.append(final_message(stop.value))
     return traj
+
+
+def progress_summary(observations: list[str]) -> str:
+    """The oracle's progress summary: every result so far, verbatim (a restart keeps
+    nothing else, so exact values must survive in it)."""
+    return f"Results so far: {'; '.join(o.strip() for o in observations)}. Next: continue the task."
+
+
+def restart_contexts(
+    messages: list[dict[str, Any]], rng: random.Random
+) -> list[list[dict[str, Any]]] | None:
+    """A trajectory as the ``summary`` harness would see it when it restarts after a
+    random turn's tool responses (never the last): the history with the summary request
+    answered by a progress summary, then the task with that summary followed by the rest
+    of the episode. None when the episode has fewer than two calling turns."""
+    cuts = [
+        i + 1
+        for i, m in enumerate(messages[:-1])
+        if m["role"] == "tool" and messages[i + 1]["role"] == "assistant"
+    ]
+    if len(cuts) < 2:
+        return None
+    cut = rng.choice(cuts[:-1])
+    summary = progress_summary([m["content"] for m in messages[:cut] if m["role"] == "tool"])
+    before = [
+        *messages[:cut],
+        {"role": "user", "content": SUMMARY_REQUEST},
+        {"role": "assistant", "content": summary},
+    ]
+    return [before, restart(messages[0], summary) + messages[cut:]]

@@ -64,8 +64,11 @@ def build_examples(
     rendered = []
     for start in range(0, len(records), 1024):
         chunk = records[start : start + 1024]
+        # a restart-practice sample trains as its contexts (before and after the restart)
         rendered += render_ids_batch(
-            tokenizer, fmt, [(r["messages"], r["tools"] or None) for r in chunk]
+            tokenizer,
+            fmt,
+            [(c, r["tools"] or None) for r in chunk for c in r.get("contexts") or [r["messages"]]],
         )
     for ids, mask in rendered:
         stats.records += 1
