@@ -173,3 +173,42 @@ def test_bad_requests_and_a_missing_server_are_clear_errors(served: dict) -> Non
     nowhere = OpenAIEngine(f"http://127.0.0.1:{free_port()}", "tiny", stop_id)
     with pytest.raises(EngineError, match="cannot reach the server"):
         nowhere.generate([[1, 2]], Sampling(4))
+
+
+def test_rollout_cli_through_the_server_and_serve_errors(served: dict, tmp_path: Path) -> None:
+    import json
+
+    home = served["home"]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "synth").symlink_to(served["dataset"])
+    params = small_params()
+    params["model"] = TINY_MODEL
+    params["base"]["paths"] = {"data": str(tmp_path / "data")}
+    write_params(tmp_path / "params.yaml", params)
+    out = tmp_path / "runs.jsonl"
+    command = [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(served["model_dir"])]
+    command += ["--engine", "openai", "--url", served["url"], "--n", "2", "--out", str(out)]
+    command += ["--params", str(tmp_path / "params.yaml")]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 2 and "grounded_success" in done.stdout
+    assert all(json.loads(line)["segments"] for line in out.read_text().splitlines())
+    down = subprocess.run(
+        [*command[:-2], "--url", f"http://127.0.0.1:{free_port()}", "--params", command[-1]],
+        capture_output=True,
+        text=True,
+    )
+    assert down.returncode == 1 and "cannot reach the server" in down.stdout
+    missing = subprocess.run(
+        [
+            *command[:3],
+            "serve",
+            "--model",
+            str(home / "nope"),
+            "--params",
+            str(home / "params.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1 and "model directory not found" in missing.stdout

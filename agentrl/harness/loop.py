@@ -210,13 +210,20 @@ class Harness:
                 live.view.append(assistant)
                 self._check_retokenization(live)
                 if live.summarizing:
-                    live.episode.turns.append(TurnStats(len(gen.ids), 0, {}, 0, not gen.stopped))
+                    live.episode.turns.append(
+                        TurnStats(len(gen.ids), 0, {}, 0, not gen.stopped, live.turn_start)
+                    )
                     self._restart_from_summary(live, text)
                     continue
                 parsed = parse(text, self.fmt, live.record["tools"])
                 calls = [(c.name, c.arguments) for c in parsed.calls]
                 stats = TurnStats(
-                    len(gen.ids), len(calls) + len(parsed.errors), {}, 0, not gen.stopped
+                    len(gen.ids),
+                    len(calls) + len(parsed.errors),
+                    {},
+                    0,
+                    not gen.stopped,
+                    live.turn_start,
                 )
                 live.episode.turns.append(stats)
                 if not calls and not parsed.errors:

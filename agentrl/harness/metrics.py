@@ -22,6 +22,10 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
         "reward": mean(e.reward for e in episodes),
         "turns": float(mean(len(e.turns) for e in episodes)),
         "generated_tokens": mean(sum(t.generated_tokens for t in e.turns) for e in episodes),
+        # what a cache-less engine attends over: every turn's prompt plus its generation
+        "processed_tokens": mean(
+            sum(t.prompt_tokens + t.generated_tokens for t in e.turns) for e in episodes
+        ),
         "peak_context": max(e.peak_context for e in episodes),
         "tool_calls": calls,
         "tool_error_rate": sum(errors.values()) / calls if calls else 0.0,

@@ -34,6 +34,7 @@ class TurnStats:
     call_errors: dict[str, int]
     context_tokens: int
     cut_off: bool  # the generation hit max_new_tokens without ending its turn
+    prompt_tokens: int = 0  # the context the turn was generated from
 
 
 @dataclass
