@@ -125,6 +125,9 @@ class HFEngine:
     def _generate(
         self, prompts: list[list[int]], sampling: Sampling
     ) -> tuple[list[Generation], list[Entry]]:
+        """One bucket: prefill what the prefix cache lacks, then decode token by token.
+        Rows leave the batch once finished, so the rest stop paying for them (a third
+        to a half of HF generate's row-steps went to finished rows on rollouts)."""
         was_training = self.model.training
         self.model.eval()
         hits = [self.cache.lookup(p) if self.cache else None for p in prompts]
@@ -133,53 +136,83 @@ class HFEngine:
             [p[c:] for p, c in zip(prompts, cached, strict=True)], self.pad_id
         )
         width = max(cached)
-        if width:  # cached rows right-aligned in `width` columns, then the new tokens
-            old_attention = torch.zeros((len(prompts), width), dtype=torch.long)
-            for row, c in enumerate(cached):
-                old_attention[row, width - c :] = 1
-            ids = torch.cat([torch.full_like(old_attention, self.pad_id), new_ids], dim=1)
-            attention = torch.cat([old_attention, new_attention], dim=1)
-        else:
-            ids, attention = new_ids, new_attention
+        old_attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, c in enumerate(cached):
+            old_attention[row, width - c :] = 1
+        attention = torch.cat([old_attention, new_attention], dim=1)
+        total = attention.shape[1]
         # A static cache (no per-token torch.cat of a growing one), holding the hits first.
-        cache = StaticCache(self.model.config, max_cache_len=ids.shape[1] + sampling.max_new_tokens)
+        cache = StaticCache(self.model.config, max_cache_len=total + sampling.max_new_tokens)
         if width:
             for layer, (keys, values) in enumerate(assemble(hits, width)):
                 cache.update(keys, values, layer)
-        out = self.model.generate(
-            input_ids=ids,
-            attention_mask=attention,
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=False,  # sampling is the Gumbel-max argmax of `_processors`
-            logits_processor=_processors(sampling),
-            eos_token_id=self.stop_id,
-            pad_token_id=self.pad_id,
-            return_dict_in_generate=True,
-            output_logits=True,
-            cache=cache,
-        )
-        self.model.train(was_training)
-        total = ids.shape[1]
-        new = out.sequences[:, total:]
-        logits = torch.stack(out.logits, dim=1).float()  # (batch, steps, vocab), raw
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None])[..., 0]
-        results, entries = [], []
-        for row, (generated, row_logprobs) in enumerate(
-            zip(new.tolist(), logprobs.tolist(), strict=True)
-        ):
-            end = generated.index(self.stop_id) + 1 if self.stop_id in generated else len(generated)
-            results.append(
-                Generation(
-                    generated[:end], row_logprobs[:end], stopped=self.stop_id in generated[:end]
-                )
-            )
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        logits = self._forward(new_ids, attention, positions[:, width:], cache)
+        processors = _processors(sampling)
+        rows = list(range(len(prompts)))  # batch position -> prompt index
+        generated: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        entries: dict[int, Entry] = {}
+
+        def keep_prefix(position: int, row: int) -> None:
             if self.cache is not None:  # every token but the last sampled one went through
                 columns = torch.cat(
                     [
                         torch.arange(width - cached[row], width),
-                        torch.arange(total - (len(prompts[row]) - cached[row]), total + end - 1),
+                        torch.arange(total - (len(prompts[row]) - cached[row]), total),
+                        torch.arange(total, total + len(generated[row]) - 1),
                     ]
                 )
-                kv = extract(out.cache, row, columns)
-                entries.append(Entry(prompts[row] + generated[: end - 1], kv))
-        return results, entries
+                kv = extract(cache, position, columns)
+                entries[row] = Entry(prompts[row] + generated[row][:-1], kv)
+
+        next_position = positions[:, -1] + 1
+        finished: set[int] = set()
+        for step in range(sampling.max_new_tokens):
+            chosen = processors(None, logits.clone()).argmax(-1)
+            chosen_logprobs = torch.log_softmax(logits, -1).gather(-1, chosen[:, None])[:, 0]
+            for position, (row, token, logprob) in enumerate(
+                zip(rows, chosen.tolist(), chosen_logprobs.tolist(), strict=True)
+            ):
+                if row in finished:
+                    continue
+                generated[row].append(token)
+                logprobs[row].append(logprob)
+                if token == self.stop_id or step + 1 == sampling.max_new_tokens:
+                    finished.add(row)
+                    keep_prefix(position, row)
+            live = [position for position, row in enumerate(rows) if row not in finished]
+            if not live:
+                break
+            # dropping rows copies the cache: worth it once a quarter of the batch is done
+            if len(live) <= 0.75 * len(rows):
+                index = torch.tensor(live)
+                for layer in cache.layers:
+                    layer.keys, layer.values = layer.keys[index], layer.values[index]
+                    layer.batch_size = len(live)
+                rows = [rows[i] for i in live]
+                chosen, attention = chosen[index], attention[index]
+                next_position = next_position[index]
+            attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], 1)
+            logits = self._forward(chosen[:, None], attention, next_position[:, None], cache)
+            next_position = next_position + 1
+        self.model.train(was_training)
+        results = [
+            Generation(ids, lps, stopped=ids[-1] == self.stop_id)
+            for ids, lps in zip(generated, logprobs, strict=True)
+        ]
+        return results, [entries[row] for row in sorted(entries)]
+
+    def _forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """Raw next-token logits (float32) of each row's last position."""
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float()
