@@ -184,6 +184,7 @@ def test_rollout_cli_through_the_server_and_serve_errors(served: dict, tmp_path:
     params = small_params()
     params["model"] = TINY_MODEL
     params["base"]["paths"] = {"data": str(tmp_path / "data")}
+    params["harness"] = {"engine_model": "tiny", "max_new_tokens": 32, "max_turns": 2}
     write_params(tmp_path / "params.yaml", params)
     out = tmp_path / "runs.jsonl"
     command = [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(served["model_dir"])]

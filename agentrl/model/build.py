@@ -75,9 +75,9 @@ def load_tokenizer_dir(path: Path, fmt: ChatFormat) -> Any:
 
 def load_model_dir(path: Path, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
     """Load a model saved by a stage; missing files and unfit tokenizers are ModelErrors."""
-    tokenizer = load_tokenizer_dir(path, fmt)
-    if not (path / "config.json").is_file():
+    if path.is_dir() and not (path / "config.json").is_file():
         raise ModelError(f"{path}: config.json is missing; the directory is not a saved model")
+    tokenizer = load_tokenizer_dir(path, fmt)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as err:
