@@ -38,9 +38,7 @@ def main() -> None:
     params = load_params(args.params)
     fmt = get_format(params.model.format)
     model, tokenizer = load_model_dir(Path(args.model), fmt)
-    records = list(
-        iter_records(Path(params.base.paths.data) / "synth", "long_horizon", args.tasks)
-    )
+    records = list(iter_records(Path(params.base.paths.data) / "synth", "long_horizon", args.tasks))
     registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
     print(
         f"{len(records)} long_horizon tasks x {args.samples} samples, model={args.model}, "
