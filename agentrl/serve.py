@@ -8,13 +8,12 @@ It serves a saved checkpoint to any client (the ``openai`` package, curl, our
 ``OpenAIEngine``) and is what the ``openai`` engine is tested against here. Endpoints:
 ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` (prompts as text or token
 ids, one or a batch; ``n``, ``max_tokens``, ``temperature``, ``top_p``, ``seed``,
-``logprobs``, ``stop_token_ids``; vLLM's ``return_token_ids`` and
+``logprobs``, ``stop``, ``stop_token_ids``; vLLM's ``return_token_ids`` and
 ``return_tokens_as_token_ids``) and ``POST /update_weights_from_disk`` (SGLang's name).
 
 Simplifications, stated: a request's prompts are generated as one batch and requests run
 one at a time (no continuous batching across requests: a client that wants throughput
-sends a batch, as ``OpenAIEngine`` does); ``stop`` strings are not supported (the end of
-turn is a token); ``top_logprobs`` lists only the sampled token.
+sends a batch, as ``OpenAIEngine`` does); ``top_logprobs`` lists only the sampled token.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ class CompletionRequest(BaseModel):
     logprobs: int | None = Field(None, ge=0)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
     echo: bool = False
     stream: bool = False
     skip_special_tokens: bool = True
@@ -99,8 +99,6 @@ def build_app(engine: HFEngine, tokenizer: Any, name: str, context_limit: int) -
     def completions(req: CompletionRequest) -> dict[str, Any]:
         if req.stream:
             raise HTTPException(400, "stream: streaming is not supported")
-        if req.stop:
-            raise HTTPException(400, "stop: stop strings are not supported; use stop_token_ids")
         if req.model not in (None, name):
             raise HTTPException(404, f"model: '{req.model}' is not served (serving '{name}')")
         if set(req.stop_token_ids or []) - {engine.stop_id}:
@@ -116,17 +114,25 @@ def build_app(engine: HFEngine, tokenizer: Any, name: str, context_limit: int) -
                 f"context limit {context_limit}",
             )
         seed = req.seed if req.seed is not None else uuid.uuid4().int % 2**31
+        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         with lock:
             generations = engine.generate(
-                prompts, Sampling(req.max_tokens, req.temperature, req.top_p, seed)
+                prompts, Sampling(req.max_tokens, req.temperature, req.top_p, seed, stop)
             )
         choices = []
         for index, gen in enumerate(generations):
             shown = [i for i in gen.ids if not (req.skip_special_tokens and i == engine.stop_id)]
+            text = tokenizer.decode(shown, skip_special_tokens=req.skip_special_tokens)
+            hit = [text.index(s) for s in stop if s in text]
+            if hit and not req.include_stop_str_in_output:
+                text = text[: min(hit)]
             choice: dict[str, Any] = {
                 "index": index,
-                "text": tokenizer.decode(shown, skip_special_tokens=req.skip_special_tokens),
-                "finish_reason": "stop" if gen.stopped else "length",
+                "text": text,
+                # a row ends early only on the end-of-turn id or a stop string
+                "finish_reason": "stop"
+                if len(gen.ids) < req.max_tokens or gen.stopped
+                else "length",
                 "logprobs": None,
             }
             if req.logprobs is not None:

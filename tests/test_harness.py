@@ -398,3 +398,16 @@ def test_docker_sandbox_that_cannot_start_is_a_clear_error_observation() -> None
     assert not observation.ok and "docker" in observation.text
     with pytest.raises(ValueError, match="unknown sandbox 'vm'"):
         sandbox.configure("vm", "x")
+
+
+def test_hf_engine_stops_on_a_stop_string_and_keeps_its_tokens(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=3)
+    engine = HFEngine(model, tokenizer, prefix_cache=False)
+    prompt = render_ids(tokenizer, fmt, records[0]["messages"][:1], records[0]["tools"], True)[0]
+    (free,) = engine.generate([prompt], Sampling(max_new_tokens=12, seed=1))
+    stop = tokenizer.decode(free.ids[4:6])
+    assert stop.strip()
+    (stopped,) = engine.generate([prompt], Sampling(max_new_tokens=12, seed=1, stop=(stop,)))
+    assert free.ids[: len(stopped.ids)] == stopped.ids and len(stopped.ids) <= 6
+    assert stop in tokenizer.decode(stopped.ids) and not stopped.stopped

@@ -138,6 +138,17 @@ def test_the_official_openai_client_gets_text_and_token_ids(served: dict) -> Non
     assert len(ids) == len(choice.logprobs.token_logprobs) >= 1
     shown = [i for i in ids if i != served["tokenizer"].convert_tokens_to_ids(IM_END)]
     assert choice.text == served["tokenizer"].decode(shown, skip_special_tokens=True)
+    stop = served["tokenizer"].decode(ids[2:4])
+    cut = client.completions.create(
+        model="tiny",
+        prompt="<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+        max_tokens=12,
+        temperature=0,
+        stop=[stop],
+        extra_body={"return_token_ids": True},
+    )
+    assert cut.choices[0].finish_reason == "stop" and stop not in cut.choices[0].text
+    assert len(cut.choices[0].model_extra["token_ids"]) <= 4
     batch = client.completions.create(model="tiny", prompt=prompts_of(served, 2), max_tokens=4, n=2)
     assert len(batch.choices) == 4 and reply.usage.completion_tokens == len(ids)
 

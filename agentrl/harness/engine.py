@@ -2,7 +2,8 @@
 
 Every engine takes and returns token ids, so trajectories stay token-exact whichever
 engine made them. ``HFEngine`` runs an in-process transformers model: batched generation
-with a KV cache, left padding, the end-of-turn token as stop id, temperature and top-p,
+with a KV cache, left padding, the end-of-turn token as stop id (and optional stop
+strings), temperature and top-p,
 seeded per call. ``OpenAIEngine`` (``openai_engine.py``) does the same over HTTP. Its log-probs are those of the sampled token under the model's own
 distribution (temperature 1, before top-p), the quantity the trainer recomputes, so the
 rollout/train gap measures engine mismatch only.
@@ -39,6 +40,7 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+    stop: tuple[str, ...] = ()  # stop strings, besides the end-of-turn id (kept in the ids)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class HFEngine:
         self.bucket = bucket
         self.pad_id = tokenizer.pad_token_id
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.tokenizer = tokenizer
         self.cache = PrefixCache(model) if prefix_cache else None
 
     def load_weights(self, model_dir: Path) -> None:
@@ -178,7 +181,11 @@ class HFEngine:
                     continue
                 generated[row].append(token)
                 logprobs[row].append(logprob)
-                if token == self.stop_id or step + 1 == sampling.max_new_tokens:
+                if (
+                    token == self.stop_id
+                    or step + 1 == sampling.max_new_tokens
+                    or self._hit_stop_string(generated[row], sampling.stop)
+                ):
                     finished.add(row)
                     keep_prefix(position, row)
             live = [position for position, row in enumerate(rows) if row not in finished]
@@ -202,6 +209,14 @@ class HFEngine:
             for ids, lps in zip(generated, logprobs, strict=True)
         ]
         return results, [entries[row] for row in sorted(entries)]
+
+    def _hit_stop_string(self, ids: list[int], stop: tuple[str, ...]) -> bool:
+        """Does the text end with a stop string? Only the tail is decoded: a stop string
+        completed by this token lies within its last ``len(stop) + 8`` tokens."""
+        if not stop:
+            return False
+        tail = self.tokenizer.decode(ids[-max(map(len, stop)) - 8 :], skip_special_tokens=False)
+        return any(string in tail for string in stop)
 
     def _forward(
         self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any

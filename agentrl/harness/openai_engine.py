@@ -97,6 +97,8 @@ class OpenAIEngine:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
         choices = sorted(self._call("/v1/completions", body)["choices"], key=lambda c: c["index"])
         if len(choices) != len(prompts):
             raise EngineError(f"asked for {len(prompts)} completions, got {len(choices)}")
