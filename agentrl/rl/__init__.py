@@ -1,0 +1,1 @@
+"""Agentic RL: advantages, losses and the trainer on DeepSpeed."""
