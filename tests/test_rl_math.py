@@ -140,3 +140,18 @@ def test_kl_estimators_by_hand() -> None:
     cfg = LossConfig(kl_coef=0.5, kl_estimator="k1", mismatch="none")
     loss, figures = policy_loss(logp, logp, logp, torch.zeros(1, 1), torch.ones(1, 1), cfg, ref)
     assert float(loss) == pytest.approx(0.5) and figures["kl"] == pytest.approx(1.0)
+
+
+def test_each_turn_run_takes_its_advantage_across_restart_segments() -> None:
+    from agentrl.harness.records import Episode, Segment, TurnStats
+    from agentrl.rl.batch import to_sequences
+
+    first = Segment([1, 2, 3, 4, 5, 6], [0, 1, 1, 0, 1, 0], [0, -0.1, -0.2, 0, -0.3, 0], 1)
+    restarted = Segment([7, 8, 9], [0, 0, 1], [0, 0, -0.4], 2)
+    episode = Episode("t", 0, [], [], [first, restarted], [TurnStats(1, 0, {}, 0, False)] * 3)
+    seq_a, seq_b = to_sequences([episode], [[0.5, -1.0, 2.0]])
+    assert seq_a.advantages == [0, 0.5, 0.5, 0, -1.0, 0] and seq_b.advantages == [0, 0, 2.0]
+    assert seq_a.rollout_logp == first.logprobs and seq_b.mask == [0, 0, 1]
+    episode.turns.append(TurnStats(1, 0, {}, 0, False))
+    with pytest.raises(ValueError, match="3 sampled runs for 4 turns"):
+        to_sequences([episode], [[0.0] * 4])

@@ -11,6 +11,7 @@ turn still fits after them (else the context strategy compacts, or the episode e
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,14 @@ class _Live:
     checked: bool = False  # the self-check request was made
     turn_start: int = 0  # segment length before the current turn
     growth: list[int] = field(default_factory=list)  # tokens each turn added (turn + responses)
+    state: str = ""  # the environment state the current turn starts from
+
+
+def _state_hash(live: _Live) -> str:
+    """The environment state a turn starts from, as anchor states compare it: everything
+    the tools returned so far and what stateful tools hold (not the model's wording)."""
+    seen = {"observations": live.episode.observations, "held": live.box.snapshot()}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _seed(seed: int, turn: int) -> int:
@@ -197,6 +206,7 @@ class Harness:
             )
             for live in active:
                 live.turn_start = len(live.segment.ids)
+                live.state = _state_hash(live)
             generations = self.engine.generate([live.segment.ids for live in active], sampling)
             work, pending = [], []
             for live, gen in zip(active, generations, strict=True):
@@ -211,7 +221,9 @@ class Harness:
                 self._check_retokenization(live)
                 if live.summarizing:
                     live.episode.turns.append(
-                        TurnStats(len(gen.ids), 0, {}, 0, not gen.stopped, live.turn_start)
+                        TurnStats(
+                            len(gen.ids), 0, {}, 0, not gen.stopped, live.turn_start, live.state
+                        )
                     )
                     self._restart_from_summary(live, text)
                     continue
@@ -225,6 +237,7 @@ class Harness:
                     not gen.stopped,
                     live.turn_start,
                 )
+                stats.state = live.state
                 live.episode.turns.append(stats)
                 if not calls and not parsed.errors:
                     turns_left = self.cfg.max_turns - len(live.episode.turns)

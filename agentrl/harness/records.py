@@ -35,6 +35,7 @@ class TurnStats:
     context_tokens: int
     cut_off: bool  # the generation hit max_new_tokens without ending its turn
     prompt_tokens: int = 0  # the context the turn was generated from
+    state: str = ""  # hash of what the environment had shown and held before the turn (gigpo)
 
 
 @dataclass
