@@ -312,6 +312,71 @@ class HarnessSection(Strict):
     tool_workers: int = Field(8, ge=1, description="Tool calls of a batch run concurrently.")
 
 
+class RLSection(Strict):
+    """Agentic RL from verifiable rewards (the rl stage): rollouts through the harness,
+    group advantages, token-level PPO-clip updates on DeepSpeed."""
+
+    steps: int = Field(30, ge=1, description="RL steps (rollout + update) from models/sft.")
+    tasks_per_step: int = Field(8, ge=1, description="Tasks sampled from data/synth/rl per step.")
+    group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"] = Field(
+        "grpo",
+        description="grpo: (R - mean)/std per group (DeepSeekMath); dr_grpo: R - mean "
+        "(Dr.GRPO); rloo: leave-one-out baseline; reinforce_pp_baseline: R - mean, then "
+        "batch whitening (REINFORCE++); gigpo: grpo plus omega x a step advantage within "
+        "anchor-state groups (GiGPO, arXiv 2505.10978).",
+    )
+    gamma: float = Field(0.95, gt=0, le=1, description="gigpo: discount per remaining turn.")
+    omega: float = Field(1.0, ge=0, description="gigpo: weight of the step advantage.")
+    reward: Literal["verifier", "random"] = Field(
+        "verifier",
+        description="verifier: the task's outcome; random: a falsification control drawn "
+        "independently of the outcome with the same mean (Bernoulli of the batch's mean).",
+    )
+    grounded_only: bool = Field(
+        True,
+        description="Reward only grounded success (the answer came from a tool observation): "
+        "a right answer from memory or a guess earns nothing (DESIGN.md: tiny models fake "
+        "success by memorising).",
+    )
+    invalid_call_penalty: float = Field(
+        0.0, ge=0, description="Subtracted per failed tool call (shaping; 0 = outcome only)."
+    )
+    dynamic_sampling: bool = Field(
+        True,
+        description="Drop groups whose rewards are all equal (no signal) and sample "
+        "more tasks to fill the step (DAPO), at most `max_resample` extra rounds.",
+    )
+    max_resample: int = Field(2, ge=0)
+    overlong: Literal["keep", "filter"] = Field(
+        "filter",
+        description="filter: episodes with a generation cut off at max_new_tokens get no "
+        "gradient (DAPO overlong filtering); keep: train on them as they are.",
+    )
+    epochs: int = Field(1, ge=1, description="Passes over a step's rollouts (PPO epochs).")
+    mini_batch: int = Field(32, ge=1, description="Sequences per optimizer step.")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward.")
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below: 1 - clip_low.")
+    clip_high: float = Field(0.28, gt=0, description="Above: 1 + clip_high (DAPO clip-higher).")
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = (
+        "token_mean"
+    )
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL to the frozen sft model.")
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    mismatch: Literal["tis", "mask", "none"] = Field(
+        "tis",
+        description="Train-inference mismatch correction from the rollout log-probs: tis "
+        "weights tokens by min(pi_old/pi_rollout, cap); mask drops tokens outside [1/cap, cap].",
+    )
+    mismatch_cap: float = Field(2.0, gt=1)
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default.")
+    checkpoint_every: int = Field(10, ge=1, description="Steps between resumable checkpoints.")
+
+
 class Params(Strict):
     base: BaseSection = BaseSection()
     tracking: TrackingSection = TrackingSection()
@@ -320,6 +385,7 @@ class Params(Strict):
     midtrain: TrainSection = TrainSection()
     sft: TrainSection = TrainSection(loss_on="assistant")
     harness: HarnessSection = HarnessSection()
+    rl: RLSection = RLSection()
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")

@@ -109,6 +109,16 @@ def project_params(**train) -> dict:
         }
         | train
     )
+    params["harness"] = {"max_turns": 2, "max_new_tokens": 16, "context_limit": 512}
+    params["rl"] = {
+        "steps": 2,
+        "tasks_per_step": 2,
+        "group_size": 2,
+        "max_resample": 0,
+        "mini_batch": 4,
+        "micro_batch_size": 2,
+        "threads": 1,
+    }
     return params
 
 

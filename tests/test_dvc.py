@@ -55,7 +55,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo: Path) -> None:
     out = _ok(repo, "dvc", "repro")
-    for name in ("synth", "init", "midtrain", "sft"):
+    for name in ("synth", "init", "midtrain", "sft", "rl"):
         assert f"Running stage '{name}'" in out
     run_file = repo / "data" / "synth" / "run.json"
     first = json.loads(run_file.read_text())["run_id"]
@@ -67,7 +67,7 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["synth"]["params"]["params.yaml"]["synth"]["splits"]["test"]["n"] == 30
     shown = _ok(repo, "dvc", "metrics", "show")
-    assert all(f"metrics/{name}.json" in shown for name in ("synth", "midtrain", "sft"))
+    assert all(f"metrics/{name}.json" in shown for name in ("synth", "midtrain", "sft", "rl"))
 
     again = _ok(repo, "dvc", "repro")
     assert "Running stage" not in again

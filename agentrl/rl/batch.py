@@ -6,7 +6,7 @@ episode's segments, in order, are its turns — the summary turn of a restart in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,8 @@ class TrainSequence:
     mask: list[int]
     rollout_logp: list[float]
     advantages: list[float]
+    old_logp: list[float] = field(default_factory=list)  # the trainer's, before the update
+    ref_logp: list[float] = field(default_factory=list)  # the frozen reference's (KL)
 
 
 def to_sequences(episodes: list[Episode], per_turn: list[list[float]]) -> list[TrainSequence]:

@@ -54,15 +54,23 @@ def setup_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def ds_config(cfg: TrainSection, world: int) -> dict[str, Any]:
-    zero: dict[str, Any] = {"stage": cfg.zero_stage}
-    if cfg.offload_optimizer and cfg.zero_stage >= 1:
+def ds_config(
+    micro_batch: int,
+    grad_accum: int,
+    grad_clip: float,
+    zero_stage: int,
+    world: int,
+    offload_optimizer: bool = False,
+) -> dict[str, Any]:
+    """The DeepSpeed config every trainer here uses: bf16 on CUDA, fp32 on CPU."""
+    zero: dict[str, Any] = {"stage": zero_stage}
+    if offload_optimizer and zero_stage >= 1:
         zero["offload_optimizer"] = {"device": "cpu"}
     return {
-        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
-        "gradient_accumulation_steps": cfg.grad_accum,
-        "train_batch_size": cfg.micro_batch_size * cfg.grad_accum * world,
-        "gradient_clipping": cfg.grad_clip,
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "train_batch_size": micro_batch * grad_accum * world,
+        "gradient_clipping": grad_clip,
         "zero_optimization": zero,
         "bf16": {"enabled": torch.cuda.is_available()},
         "zero_allow_untested_optimizer": True,
@@ -135,7 +143,14 @@ class Trainer:
             model=model,
             optimizer=optimizer,
             lr_scheduler=scheduler,
-            config=ds_config(cfg, self.world),
+            config=ds_config(
+                cfg.micro_batch_size,
+                cfg.grad_accum,
+                cfg.grad_clip,
+                cfg.zero_stage,
+                self.world,
+                cfg.offload_optimizer,
+            ),
         )
 
     def micro_batch(self, rows: list[Row], index: int) -> dict[str, torch.Tensor]:

@@ -37,9 +37,12 @@ PLOT_COLUMNS = (
 )
 
 
-def write_plot(path: Path, history: list[dict[str, float]]) -> None:
+def write_plot(
+    path: Path, history: list[dict[str, float]], columns: tuple[str, ...] = PLOT_COLUMNS
+) -> None:
+    """A DVC plot file: one tab-separated row per logged step, written atomically."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, PLOT_COLUMNS, delimiter="\t", extrasaction="ignore", restval="")
+    writer = csv.DictWriter(buffer, columns, delimiter="\t", extrasaction="ignore", restval="")
     writer.writeheader()
     writer.writerows(history)
     path.parent.mkdir(parents=True, exist_ok=True)

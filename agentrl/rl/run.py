@@ -1,0 +1,86 @@
+"""The rl stage: models/sft -> RL on data/synth/rl -> models/rl.
+
+Rank 0 writes every output atomically: the model and tokenizer, ``run.json``,
+``metrics/rl.json`` (the last step's figures, means over the run, resume point) and
+``plots/rl.tsv`` (every step, resumed runs included).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.chat import get_format
+from agentrl.config import Params, digest
+from agentrl.dataset import iter_records, split_dir
+from agentrl.envs.registry import Registry
+from agentrl.errors import StageError
+from agentrl.model.build import load_model_dir
+from agentrl.rl.trainer import RLTrainer
+from agentrl.tracking import content_digest, stage_run
+from agentrl.train.run import write_plot
+
+PLOT_COLUMNS = (
+    "step", "reward_mean", "reward_std", "success", "grounded_success", "zero_variance_share",
+    "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
+    "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
+    "compactions", "rollout_tokens_per_s", "update_tokens_per_s", "time_rollout_s",
+    "time_reference_s", "time_update_s", "time_sync_s",
+)  # fmt: skip
+
+
+def rl_stage(params: Params, params_file: str = "params.yaml") -> dict[str, Any]:
+    cfg, paths = params.rl, params.base.paths
+    fmt = get_format(params.model.format)
+    source = Path(paths.models) / "sft"
+    data = split_dir(Path(paths.data) / "synth", "rl")
+    records = list(iter_records(Path(paths.data) / "synth", "rl"))
+    if not records:
+        raise StageError(f"{data}: no rl tasks")
+    model, tokenizer = load_model_dir(source, fmt)
+    sections = {
+        "rl": params.section_dict("rl"),
+        "harness": params.section_dict("harness"),
+        "model.format": params.model.format,
+    }
+    fingerprint = digest([sections, content_digest(source), content_digest(data)])
+    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    with stage_run("rl", params.tracking, sections, {"model": source, "data": data}) as run:
+        trainer = RLTrainer(
+            cfg, params.harness, model, tokenizer, fmt, registry, params.base.seed, fingerprint
+        )
+        steps, history, resumed = trainer.train(
+            records,
+            Path(paths.checkpoints) / "rl",
+            lambda step, m: run.log_metrics(m, step=step),
+        )
+        trainer.harness.close()
+        last = history[-1]
+        metrics = {
+            "steps": steps,
+            "resumed_from": resumed,
+            "advantage": cfg.advantage,
+            "reward": cfg.reward,
+            "last": {k: round(v, 4) for k, v in last.items() if k != "step"},
+            "mean": {
+                k: round(fmean(h[k] for h in history if k in h), 4)
+                for k in (
+                    "reward_mean",
+                    "success",
+                    "grounded_success",
+                    "time_rollout_s",
+                    "time_update_s",
+                )
+                if any(k in h for h in history)
+            },
+        }
+        run.log_dict(metrics, "rl_summary.json")
+        with atomic_dir(Path(paths.models) / "rl") as tmp:
+            trainer.engine.module.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            run.write_run_file(tmp)
+        write_json_atomic(Path(paths.metrics) / "rl.json", metrics)
+        write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
+    return metrics

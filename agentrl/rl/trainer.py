@@ -1,0 +1,302 @@
+"""The RL loop on DeepSpeed: tasks -> G rollouts each through the harness -> rewards ->
+advantages -> PPO-clip updates -> the rollout engine sees the new weights (it holds the
+same module) -> metrics -> checkpoint.
+
+A killed run continues from its last checkpoint: DeepSpeed's model and optimizer state
+plus the step, the task position and every RNG, so the continued run draws what the
+uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean, pstdev
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.config import HarnessSection, RLSection
+from agentrl.harness.engine import HFEngine
+from agentrl.harness.loop import Harness
+from agentrl.harness.records import Episode
+from agentrl.rl.advantages import Rollout, advantages
+from agentrl.rl.batch import TrainSequence, collate, to_sequences, token_logprobs
+from agentrl.rl.loss import LossConfig, policy_loss
+from agentrl.train.loop import META, ds_config, setup_distributed
+
+
+def outcome_rewards(episodes: list[Episode], cfg: RLSection, rng: random.Random) -> list[float]:
+    """The reward each episode is trained on: the verifier's outcome (only a grounded
+    answer counts with ``grounded_only``) minus the shaping penalty, or for the ``random``
+    control a draw independent of the outcome with the same mean."""
+    outcome = [float(e.grounded) if cfg.grounded_only else e.reward for e in episodes]
+    if cfg.reward == "random":
+        mean = fmean(outcome)
+        return [float(rng.random() < mean) for _ in episodes]
+    return [
+        r - cfg.invalid_call_penalty * sum(sum(t.call_errors.values()) for t in e.turns)
+        for r, e in zip(outcome, episodes, strict=True)
+    ]
+
+
+@dataclass
+class StepData:
+    episodes: list[Episode] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    per_turn: list[list[float]] = field(default_factory=list)
+    groups: int = 0  # groups kept for the update
+    drawn: int = 0  # groups rolled out
+    zero_variance: int = 0  # of those, groups whose rewards were all equal
+    generated: int = 0  # tokens sampled, discarded groups included
+
+
+class RLTrainer:
+    def __init__(
+        self,
+        cfg: RLSection,
+        harness_cfg: HarnessSection,
+        model: Any,
+        tokenizer: Any,
+        fmt: Any,
+        registry: Any,
+        seed: int,
+        fingerprint: str,
+    ):
+        import deepspeed
+
+        self.cfg, self.seed, self.fingerprint = cfg, seed, fingerprint
+        self.rank, self.world = setup_distributed()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
+        self.pad_id = tokenizer.pad_token_id
+        self.accum = max(1, cfg.mini_batch // cfg.micro_batch_size)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        config = ds_config(
+            cfg.micro_batch_size, self.accum, cfg.grad_clip, cfg.zero_stage, self.world
+        )
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=config
+        )
+        # the rollout engine holds the very module DeepSpeed updates: no weight copy
+        self.rollout_engine = HFEngine(self.engine.module, tokenizer)
+        self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
+        self.loss_cfg = LossConfig(
+            cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
+            cfg.mismatch, cfg.mismatch_cap,
+        )  # fmt: skip
+        self.rng = random.Random(seed)
+        self.position = 0  # tasks drawn so far
+
+    # --- tasks and rollouts --------------------------------------------------------------
+    def _tasks(self, records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+        """The next ``n`` tasks of a seeded shuffle, reshuffled every pass."""
+        out = []
+        for _ in range(n):
+            epoch, offset = divmod(self.position, len(records))
+            order = np.random.default_rng(self.seed + epoch).permutation(len(records))
+            out.append(records[order[offset]])
+            self.position += 1
+        return out
+
+    def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
+        """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
+        whose rewards are all equal at most ``max_resample`` times (dynamic sampling)."""
+        cfg, data = self.cfg, StepData()
+        wanted = cfg.tasks_per_step
+        for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
+            tasks = self._tasks(records, wanted if attempt == 0 else wanted - data.groups)
+            episodes = self.harness.run(
+                tasks, cfg.group_size, seed=self.seed * 100_003 + step * 31 + attempt
+            )
+            rewards = outcome_rewards(episodes, cfg, self.rng)
+            data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
+            for g in range(len(tasks)):
+                members = slice(g * cfg.group_size, (g + 1) * cfg.group_size)
+                group_rewards = rewards[members]
+                flat = len(set(group_rewards)) == 1
+                data.zero_variance += flat
+                data.drawn += 1
+                if flat and cfg.dynamic_sampling:
+                    continue
+                group_eps = episodes[members]
+                rollouts = [
+                    Rollout(r, tuple(t.state for t in e.turns))
+                    for e, r in zip(group_eps, group_rewards, strict=True)
+                ]
+                (per_turn,) = advantages(cfg.advantage, [rollouts], cfg.gamma, cfg.omega)
+                for episode, reward, turns in zip(group_eps, group_rewards, per_turn, strict=True):
+                    cut = any(t.cut_off for t in episode.turns) and cfg.overlong == "filter"
+                    data.episodes.append(episode)
+                    data.rewards.append(reward)
+                    data.per_turn.append([0.0] * len(turns) if cut else turns)
+                data.groups += 1
+            if data.groups >= wanted or not cfg.dynamic_sampling:
+                break
+        return data
+
+    # --- update ----------------------------------------------------------------------------
+    def _micro_batches(self, sequences: list[TrainSequence]) -> Iterator[list[TrainSequence]]:
+        for start in range(0, len(sequences), self.cfg.micro_batch_size):
+            yield sequences[start : start + self.cfg.micro_batch_size]
+
+    @torch.no_grad()
+    def _logprobs(self, model: Any, sequences: list[TrainSequence]) -> list[torch.Tensor]:
+        out = []
+        for micro in self._micro_batches(sequences):
+            batch = collate(micro, self.pad_id)
+            logp, _ = token_logprobs(model, batch)
+            out += [logp[i, : len(s.ids)] for i, s in enumerate(micro)]
+        return out
+
+    def update(self, data: StepData) -> dict[str, float]:
+        cfg = self.cfg
+        sequences = [s for s in to_sequences(data.episodes, data.per_turn) if any(s.mask)]
+        if not sequences:
+            return {"update_skipped": 1.0}
+        tick = time.perf_counter()
+        self.engine.eval()
+        for seq, logp in zip(sequences, self._logprobs(self.engine.module, sequences), strict=True):
+            seq.old_logp = logp.tolist()
+        if self.reference is not None:
+            for seq, logp in zip(sequences, self._logprobs(self.reference, sequences), strict=True):
+                seq.ref_logp = logp.tolist()
+        reference_s = time.perf_counter() - tick
+        self.engine.train()
+        tick, figures, tokens = time.perf_counter(), [], 0
+        for _ in range(cfg.epochs):
+            order = self.rng.sample(range(len(sequences)), len(sequences))
+            minis = np.array_split(np.array(order), max(1, len(sequences) // cfg.mini_batch))
+            for mini in minis:
+                micros = np.array_split(mini, self.accum)
+                for micro_index in micros:
+                    micro = [sequences[i] for i in micro_index]
+                    if not micro:  # keep DeepSpeed's accumulation count whole
+                        micro = [sequences[int(mini[0])]]
+                        scale = 0.0
+                    else:
+                        scale = 1.0
+                    loss, stats = self._micro_loss(micro)
+                    self.engine.backward(loss * scale)
+                    self.engine.step()
+                    tokens += sum(len(s.ids) for s in micro)
+                    if scale:
+                        figures.append(stats)
+        update_s = time.perf_counter() - tick
+        merged = {k: fmean(f[k] for f in figures) for k in figures[0]} if figures else {}
+        return merged | {
+            "time_reference_s": reference_s,
+            "time_update_s": update_s,
+            "update_tokens_per_s": tokens / max(update_s, 1e-9),
+            "sequences": float(len(sequences)),
+        }
+
+    def _micro_loss(self, micro: list[TrainSequence]) -> tuple[torch.Tensor, dict[str, float]]:
+        batch = collate(micro, self.pad_id)
+        width = batch["input_ids"].shape[1]
+
+        def padded(name: str) -> torch.Tensor:
+            rows = [getattr(s, name) for s in micro]
+            return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
+
+        logp, entropy = token_logprobs(self.engine, batch)
+        ref = padded("ref_logp") if self.reference is not None else None
+        loss, stats = policy_loss(
+            logp, padded("old_logp"), batch["rollout_logp"], batch["advantages"],
+            batch["mask"], self.loss_cfg, ref,
+        )  # fmt: skip
+        mask = batch["mask"]
+        stats["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+        return loss, stats
+
+    # --- the loop --------------------------------------------------------------------------
+    def train(
+        self,
+        records: list[dict[str, Any]],
+        ckpt: Path,
+        on_log: Callable[[int, dict[str, float]], None],
+    ) -> tuple[int, list[dict[str, float]], int]:
+        """Run to ``cfg.steps``; (steps, history, step resumed from)."""
+        start, history = self._resume(ckpt)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        for step in range(start, self.cfg.steps):
+            tick = time.perf_counter()
+            data = self.collect(records, step)
+            rollout_s = time.perf_counter() - tick
+            figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
+            tick = time.perf_counter()
+            if self.rollout_engine.cache is not None:
+                self.rollout_engine.cache.clear()  # the weights moved
+            sync_s = time.perf_counter() - tick
+            metrics = rollout_figures(data, rollout_s) | figures | {"time_sync_s": sync_s}
+            history.append({"step": step + 1, **metrics})
+            on_log(step + 1, metrics)
+            done = step + 1
+            if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
+                self._checkpoint(ckpt, done, history)
+        return self.cfg.steps, history, start
+
+    def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
+        meta = ckpt / META
+        if (
+            not meta.is_file()
+            or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint
+        ):
+            if self.rank == 0 and ckpt.exists():
+                shutil.rmtree(ckpt)  # made with other params or inputs: not ours to continue
+            return 0, []
+        _, client = self.engine.load_checkpoint(str(ckpt))
+        if client is None:
+            return 0, []
+        torch.set_rng_state(client["torch_rng"])
+        self.rng.setstate(client["python_rng"])
+        self.position = int(client["position"])
+        return int(client["step"]), list(client["history"])
+
+    def _checkpoint(self, ckpt: Path, step: int, history: list[dict[str, float]]) -> None:
+        client = {
+            "step": step,
+            "history": history,
+            "position": self.position,
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": self.rng.getstate(),
+        }
+        self.engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state=client)
+        if self.rank == 0:
+            (ckpt / META).write_text(json.dumps({"fingerprint": self.fingerprint, "step": step}))
+            for old in ckpt.glob("step*"):
+                if old.name != f"step{step}":
+                    shutil.rmtree(old, ignore_errors=True)
+
+
+def rollout_figures(data: StepData, seconds: float) -> dict[str, float]:
+    episodes = data.episodes
+    if not episodes:
+        return {"groups": 0.0, "zero_variance_share": 1.0, "time_rollout_s": seconds}
+    turns = [t for e in episodes for t in e.turns]
+    calls = sum(t.calls for t in turns)
+    failures = sum(sum(t.call_errors.values()) for t in turns)
+    generated = sum(t.generated_tokens for t in turns)
+    return {
+        "reward_mean": fmean(data.rewards),
+        "reward_std": pstdev(data.rewards),
+        "success": fmean(e.success for e in episodes),
+        "grounded_success": fmean(e.grounded for e in episodes),
+        "groups": float(data.groups),
+        "zero_variance_share": data.zero_variance / max(1, data.drawn),
+        "response_tokens": generated / len(episodes),
+        "turns": len(turns) / len(episodes),
+        "tool_calls": calls / len(episodes),
+        "tool_failure_rate": failures / calls if calls else 0.0,
+        "compactions": fmean(e.compactions for e in episodes),
+        "rollout_tokens_per_s": data.generated / max(seconds, 1e-9),
+        "time_rollout_s": seconds,
+    }

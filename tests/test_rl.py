@@ -1,0 +1,164 @@
+"""The RL loop for real: a tiny model learns a trivially learnable task through the harness,
+the verifier, group advantages and PPO on DeepSpeed; the rl stage resumes after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, TINY_MODEL, project_params, read_split, stage_env, write_params
+from safetensors.torch import load_file
+
+from agentrl.chat import get_format, render_ids, render_text
+from agentrl.config import HarnessSection, ModelSection, RLSection
+from agentrl.envs.registry import Registry
+from agentrl.harness.engine import HFEngine
+from agentrl.harness.loop import Harness
+from agentrl.model.build import build_tiny
+from agentrl.model.tokenizer import train_tokenizer
+from agentrl.rl.trainer import RLTrainer
+
+PROMPT = "Pick a digit."
+
+
+def digit_tasks(n: int, answer: int) -> list[dict]:
+    env = {"family": "calculator", "state": {}, "surfaces": {}}
+    return [
+        {
+            "id": f"digit-{i}",
+            "env": env,
+            "messages": [{"role": "user", "content": PROMPT}],
+            "tools": [],
+            "verifier": {"kind": "numeric", "answer": answer, "rtol": 0.0, "atol": 0.0},
+        }
+        for i in range(n)
+    ]
+
+
+def success_rate(model, tokenizer, fmt, tasks, samples: int) -> float:
+    cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256)
+    harness = Harness(HFEngine(model, tokenizer), tokenizer, fmt, Registry(), cfg)
+    episodes = harness.run(tasks, samples=samples, seed=99)
+    harness.close()
+    return sum(e.reward for e in episodes) / len(episodes)
+
+
+def test_rl_raises_the_reward_of_a_trivially_learnable_task(dataset: Path, tmp_path: Path) -> None:
+    fmt = get_format("hermes")
+    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
+    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
+    torch.manual_seed(0)
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    # warm start: answer with a uniformly random digit, so 7 is right one time in ten
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(120):
+        digits = [(step * 7 + i) % 10 for i in range(20)]
+        rendered = [
+            render_ids(
+                tokenizer,
+                fmt,
+                [
+                    {"role": "user", "content": PROMPT},
+                    {"role": "assistant", "content": f"Answer: {d}"},
+                ],
+            )
+            for d in digits
+        ]
+        ids = torch.tensor([r[0] for r in rendered])
+        mask = torch.tensor([r[1] for r in rendered])
+        logits = model(input_ids=ids).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+        )
+        loss = (loss * mask[:, 1:].reshape(-1)).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    tasks = digit_tasks(4, answer=7)
+    before = success_rate(model, tokenizer, fmt, tasks, 32)
+    assert 0.02 <= before <= 0.3, before
+    cfg = RLSection(
+        steps=12, tasks_per_step=4, group_size=8, lr=2e-3, mini_batch=32, micro_batch_size=16,
+        grounded_only=False, checkpoint_every=100, epochs=2,
+    )  # fmt: skip
+    harness_cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256)
+    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "digits")
+    steps, history, resumed = trainer.train(tasks, tmp_path / "ckpt", lambda *_: None)
+    trainer.harness.close()
+    after = success_rate(trainer.engine.module, tokenizer, fmt, tasks, 32)
+    assert steps == 12 and resumed == 0 and len(history) == 12
+    assert after >= before + 0.3, (before, after, [h.get("reward_mean") for h in history])
+    assert all(h["time_update_s"] > 0 for h in history if "time_update_s" in h)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """synth + init by the real stages; models/sft is the tiny base model."""
+    root = tmp_path_factory.mktemp("rlproject")
+    params = project_params()
+    params["rl"] |= {"steps": 4, "checkpoint_every": 1, "dynamic_sampling": False}
+    write_params(root / "params.yaml", params)
+    for name in ("synth", "init"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "stages" / f"{name}.py")],
+            cwd=root, env=stage_env(), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    os.symlink(root / "models" / "base", root / "models" / "sft")
+    return root
+
+
+def rl_stage(root: Path, params: str = "params.yaml") -> subprocess.Popen:
+    env = stage_env(MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}", OMP_NUM_THREADS="1")
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "stages" / "rl.py"), "--params", params],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["base"]["paths"] |= {
+        "models": "models_ref",
+        "checkpoints": "ckpt_ref",
+        "metrics": "m_ref",
+        "plots": "p_ref",
+    }
+    write_params(project / "params_ref.yaml", params)
+    (project / "models_ref").mkdir()
+    os.symlink(project / "models" / "sft", project / "models_ref" / "sft")
+    out, _ = rl_stage(project, "params_ref.yaml").communicate(timeout=600)
+    assert (project / "m_ref" / "rl.json").is_file(), out[-3000:]
+
+    proc = rl_stage(project)
+    meta = project / "checkpoints" / "rl" / "agentrl_meta.json"
+    deadline = time.time() + 600
+    while not (meta.is_file() and json.loads(meta.read_text())["step"] >= 2):
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.time() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (project / "models" / "rl").exists()
+    out, _ = rl_stage(project).communicate(timeout=600)
+    metrics = json.loads((project / "metrics" / "rl.json").read_text())
+    assert metrics["resumed_from"] >= 2 and metrics["steps"] == 4, out[-3000:]
+    resumed = load_file(project / "models" / "rl" / "model.safetensors")
+    reference = load_file(project / "models_ref" / "rl" / "model.safetensors")
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+    def figures(path: Path) -> list[tuple[str, ...]]:
+        lines = [line.split("\t") for line in path.read_text().splitlines()]
+        keep = [lines[0].index(c) for c in ("step", "reward_mean", "policy_loss", "entropy")]
+        return [tuple(row[i] for i in keep) for row in lines[1:]]
+
+    assert figures(project / "plots" / "rl.tsv") == figures(project / "p_ref" / "rl.tsv")
