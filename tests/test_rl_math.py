@@ -155,3 +155,30 @@ def test_each_turn_run_takes_its_advantage_across_restart_segments() -> None:
     episode.turns.append(TurnStats(1, 0, {}, 0, False))
     with pytest.raises(ValueError, match="3 sampled runs for 4 turns"):
         to_sequences([episode], [[0.0] * 4])
+
+
+def test_rewards_grounded_only_penalty_and_the_random_control() -> None:
+    import random
+
+    from agentrl.config import RLSection
+    from agentrl.harness.records import Episode, TurnStats
+    from agentrl.rl.trainer import outcome_rewards
+
+    def episode(reward: float, grounded: bool, errors: int) -> Episode:
+        turn = TurnStats(1, 1, {"tool_error": errors} if errors else {}, 0, False)
+        return Episode(
+            "t", 0, [], [], turns=[turn], reward=reward, success=bool(reward), grounded=grounded
+        )
+
+    batch = [episode(1.0, True, 0), episode(1.0, False, 0), episode(0.0, False, 2)]
+    assert outcome_rewards(batch, RLSection(), random.Random(0)) == [1.0, 0.0, 0.0]
+    shaped = RLSection(grounded_only=False, invalid_call_penalty=0.1)
+    assert outcome_rewards(batch, shaped, random.Random(0)) == [1.0, 1.0, pytest.approx(-0.2)]
+    control = RLSection(reward="random")
+    many = batch * 2000  # grounded mean 1/3
+    drawn = outcome_rewards(many, control, random.Random(1))
+    assert set(drawn) == {0.0, 1.0} and abs(sum(drawn) / len(drawn) - 1 / 3) < 0.02
+    # independent of the outcome: as often 1 where the episode succeeded as where it failed
+    on_success = [d for d, e in zip(drawn, many, strict=True) if e.grounded]
+    on_failure = [d for d, e in zip(drawn, many, strict=True) if not e.grounded]
+    assert abs(sum(on_success) / len(on_success) - sum(on_failure) / len(on_failure)) < 0.05

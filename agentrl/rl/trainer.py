@@ -10,9 +10,7 @@ uninterrupted one would have.
 from __future__ import annotations
 
 import copy
-import json
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +28,8 @@ from agentrl.harness.records import Episode
 from agentrl.rl.advantages import Rollout, advantages
 from agentrl.rl.batch import TrainSequence, collate, to_sequences, token_logprobs
 from agentrl.rl.loss import LossConfig, policy_loss
-from agentrl.train.loop import META, ds_config, setup_distributed
+from agentrl.train import checkpoint
+from agentrl.train.loop import ds_config, setup_distributed
 
 
 def outcome_rewards(episodes: list[Episode], cfg: RLSection, rng: random.Random) -> list[float]:
@@ -245,15 +244,7 @@ class RLTrainer:
         return self.cfg.steps, history, start
 
     def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
-        meta = ckpt / META
-        if (
-            not meta.is_file()
-            or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint
-        ):
-            if self.rank == 0 and ckpt.exists():
-                shutil.rmtree(ckpt)  # made with other params or inputs: not ours to continue
-            return 0, []
-        _, client = self.engine.load_checkpoint(str(ckpt))
+        client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)
         if client is None:
             return 0, []
         torch.set_rng_state(client["torch_rng"])
@@ -269,12 +260,7 @@ class RLTrainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": self.rng.getstate(),
         }
-        self.engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state=client)
-        if self.rank == 0:
-            (ckpt / META).write_text(json.dumps({"fingerprint": self.fingerprint, "step": step}))
-            for old in ckpt.glob("step*"):
-                if old.name != f"step{step}":
-                    shutil.rmtree(old, ignore_errors=True)
+        checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
 
 
 def rollout_figures(data: StepData, seconds: float) -> dict[str, float]:

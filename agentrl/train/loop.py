@@ -9,11 +9,9 @@ loader state. A checkpoint made with other params or another input model is igno
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
-import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -26,9 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.config import TrainSection
+from agentrl.train import checkpoint
 from agentrl.train.data import Row, collate
-
-META = "agentrl_meta.json"
 
 
 def setup_distributed() -> tuple[int, int]:
@@ -178,15 +175,7 @@ class Trainer:
         return total / max(1, count)
 
     def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
-        meta = ckpt / META
-        if (
-            not meta.is_file()
-            or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint
-        ):
-            if self.rank == 0 and ckpt.exists():
-                shutil.rmtree(ckpt)  # made with other params or inputs: not ours to continue
-            return 0, []
-        _, client = self.engine.load_checkpoint(str(ckpt))
+        client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)
         if client is None:
             return 0, []
         torch.set_rng_state(client["torch_rng"])
@@ -200,12 +189,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
         }
-        self.engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state=client)
-        if self.rank == 0:
-            (ckpt / META).write_text(json.dumps({"fingerprint": self.fingerprint, "step": step}))
-            for old in ckpt.glob("step*"):
-                if old.name != f"step{step}":
-                    shutil.rmtree(old, ignore_errors=True)
+        checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
 
     def train(
         self,
