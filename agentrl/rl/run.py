@@ -23,7 +23,7 @@ from agentrl.tracking import content_digest, stage_run
 from agentrl.train.run import write_plot
 
 PLOT_COLUMNS = (
-    "step", "reward_mean", "reward_std", "success", "grounded_success", "zero_variance_share",
+    "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
     "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
     "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
     "compactions", "rollout_tokens_per_s", "update_tokens_per_s", "time_rollout_s",

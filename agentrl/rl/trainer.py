@@ -55,6 +55,8 @@ class StepData:
     drawn: int = 0  # groups rolled out
     zero_variance: int = 0  # of those, groups whose rewards were all equal
     generated: int = 0  # tokens sampled, discarded groups included
+    drawn_episodes: list[Episode] = field(default_factory=list)  # every rollout of the step
+    drawn_rewards: list[float] = field(default_factory=list)
 
 
 class RLTrainer:
@@ -118,6 +120,8 @@ class RLTrainer:
             )
             rewards = outcome_rewards(episodes, cfg, self.rng)
             data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
+            data.drawn_episodes += episodes
+            data.drawn_rewards += rewards
             for g in range(len(tasks)):
                 members = slice(g * cfg.group_size, (g + 1) * cfg.group_size)
                 group_rewards = rewards[members]
@@ -264,21 +268,19 @@ class RLTrainer:
 
 
 def rollout_figures(data: StepData, seconds: float) -> dict[str, float]:
-    episodes = data.episodes
-    if not episodes:
-        return {"groups": 0.0, "zero_variance_share": 1.0, "time_rollout_s": seconds}
+    """Figures of every rollout of the step (groups dropped for lack of signal included)."""
+    episodes, rewards = data.drawn_episodes, data.drawn_rewards
     turns = [t for e in episodes for t in e.turns]
     calls = sum(t.calls for t in turns)
     failures = sum(sum(t.call_errors.values()) for t in turns)
-    generated = sum(t.generated_tokens for t in turns)
     return {
-        "reward_mean": fmean(data.rewards),
-        "reward_std": pstdev(data.rewards),
+        "reward_mean": fmean(rewards),
+        "reward_std": pstdev(rewards),
         "success": fmean(e.success for e in episodes),
         "grounded_success": fmean(e.grounded for e in episodes),
         "groups": float(data.groups),
         "zero_variance_share": data.zero_variance / max(1, data.drawn),
-        "response_tokens": generated / len(episodes),
+        "response_tokens": data.generated / len(episodes),
         "turns": len(turns) / len(episodes),
         "tool_calls": calls / len(episodes),
         "tool_failure_rate": failures / calls if calls else 0.0,
