@@ -134,7 +134,13 @@ def free_port() -> int:
 
 
 def stage_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_TRACKING", "AGENTRL_"))}
+    # an in-process trainer set up a gloo group of one through these: a stage is its own
+    launched = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MLFLOW_TRACKING", "AGENTRL_")) and k not in launched
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(PLUGINS)])
     return env | extra
 
