@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,49 +159,26 @@ def run_stage(
     )
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `mlflow server` on 127.0.0.1 in its own process group, ended after the session."""
-    home = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = (home / "server.log").open("w")
+@contextmanager
+def http_server(command: list[str], log_path: Path, url: str, what: str, **popen) -> Iterator[str]:
+    """Run ``command`` in its own process group until ``url``/health answers; yield ``url``
+    and end the group afterwards. A server that dies or never answers fails with its log."""
+    log = log_path.open("w")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            f"sqlite:///{home / 'mlflow.db'}",
-            "--artifacts-destination",
-            str(home / "artifacts"),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=home,
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen
     )
-    uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
         while True:
             try:
-                if httpx.get(f"{uri}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(
-                    f"mlflow server did not start: {(home / 'server.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.5)
-        yield uri
+                raise RuntimeError(f"{what} did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -208,6 +186,19 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 in its own process group, ended after the session."""
+    home = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}"]
+    command += ["--artifacts-destination", str(home / "artifacts"), "--workers", "1"]
+    url = f"http://127.0.0.1:{port}"
+    with http_server(command, home / "server.log", url, "mlflow server", cwd=home) as uri:
+        yield uri
 
 
 def read_split(root: Path, split: str) -> list[dict[str, Any]]:

@@ -4,17 +4,20 @@ harness, with weight reloads and clear errors."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from conftest import TINY_MODEL, free_port, read_split, small_params, write_params
+from conftest import (
+    TINY_MODEL,
+    free_port,
+    http_server,
+    read_split,
+    small_params,
+    write_params,
+)
 
 from agentrl.chat import get_format, render_ids, render_text
 from agentrl.chat.formats import IM_END
@@ -42,24 +45,10 @@ def served(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     params["model"] = TINY_MODEL
     write_params(home / "params.yaml", params)
     port = free_port()
-    log = (home / "serve.log").open("w")
     command = [sys.executable, "-m", "agentrl.cli", "serve", "--model", str(model_dir)]
     command += ["--port", str(port), "--name", "tiny", "--params", str(home / "params.yaml")]
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(
-                    f"agentrl serve did not start: {(home / 'serve.log').read_text()}"
-                )
-            time.sleep(0.3)
+    with http_server(command, home / "serve.log", url, "agentrl serve"):
         model, tokenizer = load_model_dir(model_dir, fmt)
         yield {
             "url": url,
@@ -70,10 +59,6 @@ def served(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "home": home,
             "dataset": dataset,
         }
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-        log.close()
 
 
 def prompts_of(served: dict, n: int) -> list[list[int]]:
