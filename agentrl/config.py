@@ -316,6 +316,12 @@ class RLSection(Strict):
     """Agentic RL from verifiable rewards (the rl stage): rollouts through the harness,
     group advantages, token-level PPO-clip updates on DeepSpeed."""
 
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the task order, sampling and random rewards, added to base.seed: "
+        "repeat a run over seeds (`-S rl.seed=1`) without re-synthesising the data.",
+    )
     steps: int = Field(30, ge=1, description="RL steps (rollout + update) from models/sft.")
     tasks_per_step: int = Field(8, ge=1, description="Tasks sampled from data/synth/rl per step.")
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")

@@ -19,7 +19,7 @@ class TrainSequence:
     mask: list[int]
     rollout_logp: list[float]
     advantages: list[float]
-    old_logp: list[float] = field(default_factory=list)  # the trainer's, before the update
+    old_logp: list[float] | None = None  # the trainer's, before the update (None: not yet)
     ref_logp: list[float] = field(default_factory=list)  # the frozen reference's (KL)
 
 
@@ -79,6 +79,7 @@ def token_logprobs(
     )
     logp_all = torch.log_softmax(logits, dim=-1)
     taken = logp_all.gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():  # a figure, never a loss term: no graph over the full vocabulary
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
     zero = torch.zeros_like(taken[:, :1])
     return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)

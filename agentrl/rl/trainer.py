@@ -166,8 +166,14 @@ class RLTrainer:
         if not sequences:
             return {"update_skipped": 1.0}
         tick = time.perf_counter()
+        plan = [self._minis(len(sequences)) for _ in range(cfg.epochs)]
+        # the first mini-batch trains on the weights that made the rollouts, so its old
+        # log-probs are its own forward pass, detached (set in _micro_loss): only the
+        # sequences trained after an optimizer step need a pass of their own
+        first = {int(i) for i in plan[0][0]}
+        stale = [s for i, s in enumerate(sequences) if i not in first]
         self.engine.eval()
-        for seq, logp in zip(sequences, self._logprobs(self.engine.module, sequences), strict=True):
+        for seq, logp in zip(stale, self._logprobs(self.engine.module, stale), strict=True):
             seq.old_logp = logp.tolist()
         if self.reference is not None:
             for seq, logp in zip(sequences, self._logprobs(self.reference, sequences), strict=True):
@@ -175,9 +181,7 @@ class RLTrainer:
         reference_s = time.perf_counter() - tick
         self.engine.train()
         tick, figures, tokens = time.perf_counter(), [], 0
-        for _ in range(cfg.epochs):
-            order = self.rng.sample(range(len(sequences)), len(sequences))
-            minis = np.array_split(np.array(order), max(1, len(sequences) // cfg.mini_batch))
+        for minis in plan:
             for mini in minis:
                 micros = np.array_split(mini, self.accum)
                 for micro_index in micros:
@@ -202,6 +206,11 @@ class RLTrainer:
             "sequences": float(len(sequences)),
         }
 
+    def _minis(self, n: int) -> list[np.ndarray]:
+        """One epoch's shuffled mini-batches of sequence indices."""
+        order = self.rng.sample(range(n), n)
+        return np.array_split(np.array(order), max(1, n // self.cfg.mini_batch))
+
     def _micro_loss(self, micro: list[TrainSequence]) -> tuple[torch.Tensor, dict[str, float]]:
         batch = collate(micro, self.pad_id)
         width = batch["input_ids"].shape[1]
@@ -211,6 +220,9 @@ class RLTrainer:
             return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
 
         logp, entropy = token_logprobs(self.engine, batch)
+        for i, seq in enumerate(micro):
+            if seq.old_logp is None:  # first mini-batch: still the rollout weights
+                seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
         ref = padded("ref_logp") if self.reference is not None else None
         loss, stats = policy_loss(
             logp, padded("old_logp"), batch["rollout_logp"], batch["advantages"],

@@ -1,0 +1,170 @@
+"""The learning study of issue 5: does RL beat its sft start, and a random-reward control?
+
+    python bench/rl_study.py                                   # grpo and random, seeds 0 1 2
+    python bench/rl_study.py --arms grpo,gigpo,random --seeds 0,1,2 --eval-n 300
+    python bench/rl_study.py --set rl.steps=24 --out runs/rl_study_long
+
+Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
+params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
+--out (models, checkpoints, metrics, MLflow store). Every checkpoint, sft included, is then
+run through the harness on the evaluation splits (worlds never seen in training) with the
+same sampling seed, and scored by **grounded** success: the verifier's verdict and an
+answer read off a tool observation of that episode. Rates get Wilson 95% intervals per run
+and mean ± std over seeds per arm. Writes ``<out>/study.json`` and ``<out>/study.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from agentrl.chat import get_format
+from agentrl.config import load_params
+from agentrl.dataset import iter_records
+from agentrl.envs.registry import Registry
+from agentrl.eval.stats import over_seeds, wilson
+from agentrl.harness.engine import HFEngine
+from agentrl.harness.loop import Harness
+from agentrl.harness.metrics import summarize
+from agentrl.model.build import load_model_dir
+
+ARMS = {
+    "grpo": {"rl.advantage": "grpo", "rl.reward": "verifier"},
+    "gigpo": {"rl.advantage": "gigpo", "rl.reward": "verifier"},
+    "rloo": {"rl.advantage": "rloo", "rl.reward": "verifier"},
+    "random": {"rl.advantage": "grpo", "rl.reward": "random"},
+}
+SPLITS = ("test", "heldout_tools", "heldout_compose")
+
+
+def set_key(tree: dict, dotted: str, value: object) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = value
+
+
+def run_params(base: dict, run_dir: Path, overrides: dict[str, object]) -> Path:
+    """A params.yaml for one run: outputs under ``run_dir``, models/sft linked in."""
+    tree = json.loads(json.dumps(base))
+    for key, value in overrides.items():
+        set_key(tree, key, value)
+    for name in ("models", "checkpoints", "metrics", "plots", "reports"):
+        set_key(tree, f"base.paths.{name}", str(run_dir / name))
+    set_key(tree, "base.paths.data", str(Path(tree["base"]["paths"]["data"]).resolve()))
+    (run_dir / "models").mkdir(parents=True, exist_ok=True)
+    link = run_dir / "models" / "sft"
+    if not link.exists():
+        link.symlink_to(Path(base["base"]["paths"]["models"]).resolve() / "sft")
+    path = run_dir / "params.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    load_params(path)  # fail here, naming the key, rather than inside the stage
+    return path
+
+
+def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int) -> dict:
+    params = load_params(params_path)
+    fmt = get_format(params.model.format)
+    model, tokenizer = load_model_dir(model_dir, fmt)
+    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    out = {}
+    for split in splits:
+        records = list(iter_records(Path(params.base.paths.data) / "synth", split, n))
+        harness = Harness(HFEngine(model, tokenizer), tokenizer, fmt, registry, params.harness)
+        episodes = harness.run(records, samples=1, seed=params.base.seed)
+        harness.close()
+        figures = summarize(episodes)
+        grounded = sum(e.grounded for e in episodes)
+        out[split] = {
+            "grounded": grounded,
+            "success": sum(e.success for e in episodes),
+            "n": len(episodes),
+            "tool_error_rate": figures["tool_error_rate"],
+            "turns": figures["turns"],
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--arms", default="grpo,random")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--eval-n", type=int, default=300, help="tasks per split (1 episode each)")
+    parser.add_argument("--splits", default=",".join(SPLITS))
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every arm")
+    parser.add_argument("--out", type=Path, default=Path("runs/rl_study"))
+    args = parser.parse_args()
+    base = yaml.safe_load(Path(args.params).read_text())
+    common = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    splits = tuple(args.splits.split(","))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "study.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+
+    def save() -> None:
+        results_path.write_text(json.dumps(results, indent=1))
+
+    sft_params = run_params(base, args.out / "sft", common)
+    if "sft" not in results:
+        started = time.perf_counter()
+        results["sft"] = {"eval": evaluate(args.out / "sft/models/sft", sft_params, splits, args.eval_n)}
+        print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
+        save()
+    for arm in args.arms.split(","):
+        for seed in seeds:
+            name = f"{arm}-s{seed}"
+            if name in results:
+                continue
+            run_dir = args.out / name
+            path = run_params(base, run_dir, {**ARMS[arm], **common, "rl.seed": seed})
+            env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
+            started = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "stages/rl.py", "--params", str(path)], env=env, check=True
+            )
+            train_s = time.perf_counter() - started
+            rl_metrics = json.loads((run_dir / "metrics/rl.json").read_text())
+            results[name] = {
+                "arm": arm,
+                "seed": seed,
+                "train_s": round(train_s, 1),
+                "rl": rl_metrics["mean"],
+                "eval": evaluate(run_dir / "models/rl", path, splits, args.eval_n),
+            }
+            print(f"{name}: trained {train_s:.0f} s, {results[name]['eval']}", flush=True)
+            save()
+    report(results, splits, args.out / "study.md")
+
+
+def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
+    lines = ["| run | " + " | ".join(f"{s} grounded [95% CI]" for s in splits) + " |"]
+    lines.append("|---" * (len(splits) + 1) + "|")
+    for name, result in results.items():
+        cells = [str(wilson(result["eval"][s]["grounded"], result["eval"][s]["n"])) for s in splits]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "| arm | seeds | " + " | ".join(f"{s} (mean ± std)" for s in splits) + " |"]
+    lines.append("|---" * (len(splits) + 2) + "|")
+    arms = sorted({r["arm"] for r in results.values() if "arm" in r})
+    for arm in arms:
+        runs = [r for r in results.values() if r.get("arm") == arm]
+        cells = []
+        for s in splits:
+            rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
+            cells.append(str(over_seeds(rates)))
+        lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
