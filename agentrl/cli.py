@@ -97,6 +97,9 @@ def rollout(
     context: str | None = typer.Option(None, help="context strategy; default harness.context"),
     engine: str | None = typer.Option(None, help="hf | openai; default harness.engine"),
     url: str | None = typer.Option(None, help="openai engine server; default harness.engine_url"),
+    temperature: float | None = typer.Option(
+        None, help="sampling temperature (0: greedy); default harness.temperature"
+    ),
     path: ParamsFile = Path("params.yaml"),
 ) -> None:
     """Run a model through the agent harness on a split; write trajectories, print figures."""
@@ -112,7 +115,12 @@ def rollout(
     from agentrl.harness.metrics import summarize
 
     cfg = _params(path)
-    overrides = {"context": context, "engine": engine, "engine_url": url}
+    overrides = {
+        "context": context,
+        "engine": engine,
+        "engine_url": url,
+        "temperature": temperature,
+    }
     overrides = {key: value for key, value in overrides.items() if value is not None}
     try:
         harness_cfg = type(cfg.harness).model_validate(cfg.harness.model_dump() | overrides)

@@ -116,7 +116,9 @@ def main() -> None:
     sft_params = run_params(base, args.out / "sft", common)
     if "sft" not in results:
         started = time.perf_counter()
-        results["sft"] = {"eval": evaluate(args.out / "sft/models/sft", sft_params, splits, args.eval_n)}
+        results["sft"] = {
+            "eval": evaluate(args.out / "sft/models/sft", sft_params, splits, args.eval_n)
+        }
         print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
         save()
     for arm in args.arms.split(","):

@@ -118,3 +118,26 @@ def test_bad_params_fail_repro_and_the_cache_restores_outputs(repo: Path) -> Non
     out = _ok(repo, "dvc", "repro")
     assert "Running stage" not in out  # same params as a cached run: restored, not recomputed
     assert content_digest(repo / "data" / "synth") == digest_before
+
+
+def test_rl_experiments_rerun_only_rl_and_show_side_by_side(repo: Path) -> None:
+    _ok(repo, "dvc", "repro")
+    _ok(repo, "git", "add", "-A")
+    _ok(repo, "git", "commit", "-qm", "baseline")
+    for name, override in (("gigpo", "rl.advantage=gigpo"), ("control", "rl.reward=random")):
+        out = _ok(repo, "dvc", "exp", "run", "-n", name, "-S", override)
+        assert "Running stage 'rl'" in out, out
+        assert not any(f"Running stage '{s}'" in out for s in ("synth", "midtrain", "sft")), out
+    shown = _ok(repo, "dvc", "exp", "show", "--csv", "--no-pager")
+    rows = {line.split(",")[0]: line for line in shown.splitlines()[1:]}
+    header = shown.splitlines()[0].split(",")
+    for column in ("rl.advantage", "rl.reward", "last.reward_mean", "last.zero_variance_share"):
+        assert column in header, header
+    named = {
+        row.split(",")[header.index("Experiment")]: row.split(",")
+        for row in rows.values()
+        if row.split(",")[header.index("Experiment")]
+    }
+    assert {"gigpo", "control"} <= set(named), shown
+    assert named["gigpo"][header.index("rl.advantage")] == "gigpo"
+    assert named["control"][header.index("rl.reward")] == "random"

@@ -329,6 +329,20 @@ def test_prefix_cache_equals_a_full_prefill_and_empties_on_new_weights(setup) ->
     assert cached.cache.lookup(longer) is None and cached.cache.entries == []
 
 
+def test_a_groups_shared_prompt_is_prefilled_once_and_samples_as_without_sharing(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    shared, plain = (HFEngine(model, tokenizer, bucket=4, prefix_cache=c) for c in (True, False))
+    unique = [render_ids(tokenizer, fmt, r["messages"][:1], r["tools"], True)[0] for r in records]
+    prompts = [p for p in unique[:3] for _ in range(4)]  # 3 tasks x G=4
+    sampling = Sampling(max_new_tokens=12, seed=7)
+    a, b = shared.generate(prompts, sampling), plain.generate(prompts, sampling)
+    for ga, gb in zip(a, b, strict=True):
+        assert ga.ids == gb.ids and ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
+    # every copy skipped all but its last prompt token
+    assert shared.cache.reused_tokens == sum(len(p) - 1 for p in prompts)
+
+
 def test_adaptive_restarts_later_than_a_fixed_threshold_and_never_when_the_rest_fits(
     setup,
 ) -> None:

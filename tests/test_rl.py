@@ -24,6 +24,7 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.model.build import build_tiny
 from agentrl.model.tokenizer import train_tokenizer
+from agentrl.rl.batch import to_sequences
 from agentrl.rl.trainer import RLTrainer
 
 PROMPT = "Pick a digit."
@@ -97,6 +98,29 @@ def test_rl_raises_the_reward_of_a_trivially_learnable_task(dataset: Path, tmp_p
     assert steps == 12 and resumed == 0 and len(history) == 12
     assert after >= before + 0.3, (before, after, [h.get("reward_mean") for h in history])
     assert all(h["time_update_s"] > 0 for h in history if "time_update_s" in h)
+
+
+def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: Path) -> None:
+    """On-policy shortcut: the first mini-batch trains on the rollout weights, so its
+    detached forward pass must equal the separate no-grad pass it replaces."""
+    fmt = get_format("hermes")
+    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
+    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=1)
+    cfg = RLSection(tasks_per_step=2, group_size=4, mini_batch=4, micro_batch_size=4)
+    harness_cfg = HarnessSection(max_turns=1, max_new_tokens=12, context_limit=256)
+    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "shortcut")
+    episodes = trainer.harness.run(digit_tasks(2, answer=7), samples=4, seed=3)
+    trainer.harness.close()
+    per_turn = [[1.0] * len(e.turns) for e in episodes]
+    separate = trainer._logprobs(trainer.engine.module, to_sequences(episodes, per_turn))
+    shortcut = to_sequences(episodes, per_turn)
+    trainer.engine.train()
+    trainer._micro_loss(shortcut[:4])
+    for seq, expected in zip(shortcut[:4], separate[:4], strict=True):
+        assert seq.old_logp is not None
+        torch.testing.assert_close(torch.tensor(seq.old_logp), expected, atol=1e-5, rtol=0)
+    assert all(seq.old_logp is None for seq in shortcut[4:])
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ rollout/train gap measures engine mismatch only.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,6 +111,8 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         """Prompts of similar length are generated together, ``bucket`` at a time: left
         padding to the longest prompt of a bucket, not of the whole batch."""
+        if self.cache is not None:
+            self._share_prefills(prompts)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
         kept: list[Entry] = []
@@ -123,6 +126,36 @@ class HFEngine:
         if self.cache is not None:
             self.cache.replace(kept)
         return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _share_prefills(self, prompts: list[list[int]]) -> None:
+        """A prompt sent more than once (the G samples of a group) is prefilled once: its
+        keys and values up to the last token become prefix-cache entries its copies hit,
+        so a group's first turn costs one prompt's prefill instead of G."""
+        assert self.cache is not None
+        counts = Counter(tuple(p) for p in prompts)
+        shared = [
+            list(p[:-1])
+            for p, n in counts.items()
+            if n > 1 and len(p) > 1 and self.cache.longest_prefix(list(p)) is None
+        ]
+        if not shared:
+            return
+        was_training = self.model.training
+        self.model.eval()
+        entries = []
+        for start in range(0, len(shared), self.bucket):
+            chunk = shared[start : start + self.bucket]
+            ids, attention = left_pad(chunk, self.pad_id)
+            width = ids.shape[1]
+            cache = StaticCache(self.model.config, max_cache_len=width)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            self._forward(ids, attention, positions, cache)
+            for row, prefix in enumerate(chunk):
+                kv = extract(cache, row, torch.arange(width - len(prefix), width))
+                entries.append(Entry(prefix, kv))
+        self.model.train(was_training)
+        self.cache.add(entries)
 
     @torch.no_grad()
     def _generate(

@@ -3,7 +3,8 @@ kept, so its next turn prefills only the tokens the harness appended (tool respo
 next generation prompt) instead of the whole history — what vLLM's automatic prefix
 caching does, sized for batched multi-turn rollouts.
 
-Only the previous call's rows are kept (an episode's next prompt extends its last
+A prompt sent several times in one call (a group's G samples of a task) is prefilled once
+and shared the same way. Only the previous call's rows are kept (an episode's next prompt extends its last
 sequence; anything older is never hit again), and the cache empties itself when the
 weights change: a parameter's in-place version counter moves on every optimizer step and
 on ``load_state_dict``, so a trainer sharing the module needs no explicit call (one that
@@ -40,17 +41,28 @@ class PrefixCache:
     def clear(self) -> None:
         self.entries = []
 
-    def lookup(self, prompt: list[int]) -> Entry | None:
-        """The longest kept sequence that is a proper prefix of ``prompt``."""
+    def _current(self) -> list[Entry]:
         if weights_version(self.model) != self.version:
             self.entries, self.version = [], weights_version(self.model)
+        return self.entries
+
+    def longest_prefix(self, prompt: list[int]) -> Entry | None:
+        """The longest kept sequence that is a proper prefix of ``prompt``."""
         best = None
-        for entry in self.entries:
+        for entry in self._current():
             n = len(entry.ids)
             if n < len(prompt) and (best is None or n > len(best.ids)) and prompt[:n] == entry.ids:
                 best = entry
+        return best
+
+    def lookup(self, prompt: list[int]) -> Entry | None:
+        """``longest_prefix``, counted in ``reused_tokens``: what a prefill will skip."""
+        best = self.longest_prefix(prompt)
         self.reused_tokens += len(best.ids) if best else 0
         return best
+
+    def add(self, entries: list[Entry]) -> None:
+        self.entries = self._current() + entries
 
     def replace(self, entries: list[Entry]) -> None:
         self.entries, self.version = entries, weights_version(self.model)

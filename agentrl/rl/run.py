@@ -49,7 +49,14 @@ def rl_stage(params: Params, params_file: str = "params.yaml") -> dict[str, Any]
     registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
     with stage_run("rl", params.tracking, sections, {"model": source, "data": data}) as run:
         trainer = RLTrainer(
-            cfg, params.harness, model, tokenizer, fmt, registry, params.base.seed + cfg.seed, fingerprint
+            cfg,
+            params.harness,
+            model,
+            tokenizer,
+            fmt,
+            registry,
+            params.base.seed + cfg.seed,
+            fingerprint,
         )
         steps, history, resumed = trainer.train(
             records,
