@@ -24,7 +24,13 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.model.build import build_tiny
 from agentrl.model.tokenizer import train_tokenizer
-from agentrl.rl.batch import to_sequences
+from agentrl.rl.batch import (
+    TrainSequence,
+    collate,
+    shared_token_logprobs,
+    to_sequences,
+    token_logprobs,
+)
 from agentrl.rl.trainer import RLTrainer
 
 PROMPT = "Pick a digit."
@@ -121,6 +127,40 @@ def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: P
         assert seq.old_logp is not None
         torch.testing.assert_close(torch.tensor(seq.old_logp), expected, atol=1e-5, rtol=0)
     assert all(seq.old_logp is None for seq in shortcut[4:])
+
+
+def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(
+    dataset: Path,
+) -> None:
+    fmt = get_format("hermes")
+    records = read_split(dataset, "sft")
+    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in records]
+    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=2)
+    sequences = []
+    for record in records[:3]:  # 3 prompts x 3 samples of different lengths, 1 loner
+        prompt = render_ids(tokenizer, fmt, record["messages"][:1], record["tools"], True)[0]
+        for k in range(3 if record is not records[2] else 1):
+            turn = [7 + k] * (5 + 3 * k)
+            ids = prompt + turn
+            mask = [0] * len(prompt) + [1] * len(turn)
+            sequences.append(TrainSequence(ids, mask, [0.0] * len(ids), [1.0] * len(ids)))
+    mask = collate(sequences, tokenizer.pad_token_id)["mask"]
+
+    def run(shared: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        if shared:
+            logp, entropy = shared_token_logprobs(model, sequences, tokenizer.pad_token_id)
+        else:
+            logp, entropy = token_logprobs(model, collate(sequences, tokenizer.pad_token_id))
+        (logp * mask).sum().backward()
+        return logp * mask, entropy * mask, [p.grad.clone() for p in model.parameters()]
+
+    plain, shared = run(False), run(True)
+    torch.testing.assert_close(shared[0], plain[0], atol=2e-5, rtol=0)
+    torch.testing.assert_close(shared[1], plain[1], atol=2e-5, rtol=0)
+    for a, b in zip(shared[2], plain[2], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 @pytest.fixture(scope="module")

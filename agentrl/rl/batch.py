@@ -66,6 +66,85 @@ def collate(batch: list[TrainSequence], pad_id: int) -> dict[str, torch.Tensor]:
     }
 
 
+def shared_prefix_len(seq: TrainSequence) -> int:
+    """Length of the prompt a group's sequences share: every token before the one that
+    predicts the first sampled token (that one must be in the suffix, where logits are)."""
+    first = seq.mask.index(1) if 1 in seq.mask else len(seq.ids)
+    return max(0, first - 1)
+
+
+def prefix_key(seq: TrainSequence) -> tuple[int, ...]:
+    return tuple(seq.ids[: shared_prefix_len(seq)])
+
+
+def shared_token_logprobs(
+    model: object, micro: list[TrainSequence], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` of ``collate(micro)``, with each distinct prompt run once.
+
+    The G samples of a task share their first prompt (system, tools, task): its keys and
+    values are computed once, with gradient, and expanded to every row that shares it;
+    only the suffixes (the turns) run per row. Gradient reaches the prompt's computation
+    through the expanded keys and values, so loss and gradients are those of the full
+    forward pass, at a fraction of the tokens.
+    """
+    from transformers import DynamicCache
+
+    from agentrl.model.generate import left_pad
+
+    cut = [shared_prefix_len(s) for s in micro]
+    groups: dict[tuple[int, ...], int] = {}
+    row_group = [groups.setdefault(prefix_key(s), len(groups)) for s in micro]
+    if len(groups) == len(micro) or not all(cut):
+        return token_logprobs(model, collate(micro, pad_id))
+    prefix_ids, prefix_mask = left_pad([list(k) for k in groups], pad_id)
+    cache = DynamicCache()
+    model(  # type: ignore[operator]
+        input_ids=prefix_ids,
+        attention_mask=prefix_mask,
+        position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    index = torch.tensor(row_group)
+    expanded = DynamicCache()
+    for layer, kv in enumerate(cache.layers):
+        expanded.update(kv.keys[index], kv.values[index], layer)
+    suffixes = [s.ids[c:] for s, c in zip(micro, cut, strict=True)]
+    length = max(map(len, suffixes))
+    suffix_ids = torch.tensor([x + [pad_id] * (length - len(x)) for x in suffixes])
+    suffix_mask = torch.tensor([[1] * len(x) + [0] * (length - len(x)) for x in suffixes])
+    attention = torch.cat([prefix_mask[index], suffix_mask], 1)
+    logits = (
+        model(  # type: ignore[operator]
+            input_ids=suffix_ids,
+            attention_mask=attention,
+            position_ids=(attention.cumsum(-1) - 1).clamp(min=0)[:, prefix_ids.shape[1] :],
+            cache=expanded,
+            use_cache=True,
+        )
+        .logits[:, :-1]
+        .float()
+    )
+    logp_all = torch.log_softmax(logits, dim=-1)
+    taken = logp_all.gather(-1, suffix_ids[:, 1:, None])[..., 0]
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    width = max(len(s.ids) for s in micro)
+
+    def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns
+        rows = []
+        for r, (c, x) in enumerate(zip(cut, suffixes, strict=True)):
+            body = values[r, : len(x) - 1]
+            rows.append(
+                torch.cat([values.new_zeros(c + 1), body, values.new_zeros(width - c - len(x))])
+            )
+        return torch.stack(rows)
+
+    return place(taken), place(entropy)
+
+
 def token_logprobs(
     model: object, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:

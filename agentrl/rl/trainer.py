@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean, pstdev
@@ -26,7 +26,13 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
 from agentrl.rl.advantages import Rollout, advantages
-from agentrl.rl.batch import TrainSequence, collate, to_sequences, token_logprobs
+from agentrl.rl.batch import (
+    TrainSequence,
+    collate,
+    prefix_key,
+    shared_token_logprobs,
+    to_sequences,
+)
 from agentrl.rl.loss import LossConfig, policy_loss
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed
@@ -147,17 +153,15 @@ class RLTrainer:
         return data
 
     # --- update ----------------------------------------------------------------------------
-    def _micro_batches(self, sequences: list[TrainSequence]) -> Iterator[list[TrainSequence]]:
-        for start in range(0, len(sequences), self.cfg.micro_batch_size):
-            yield sequences[start : start + self.cfg.micro_batch_size]
-
     @torch.no_grad()
     def _logprobs(self, model: Any, sequences: list[TrainSequence]) -> list[torch.Tensor]:
-        out = []
-        for micro in self._micro_batches(sequences):
-            batch = collate(micro, self.pad_id)
-            logp, _ = token_logprobs(model, batch)
-            out += [logp[i, : len(s.ids)] for i, s in enumerate(micro)]
+        order = sorted(range(len(sequences)), key=lambda i: prefix_key(sequences[i]))
+        out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        for start in range(0, len(order), self.cfg.micro_batch_size):
+            rows = order[start : start + self.cfg.micro_batch_size]
+            logp, _ = shared_token_logprobs(model, [sequences[i] for i in rows], self.pad_id)
+            for k, i in enumerate(rows):
+                out[i] = logp[k, : len(sequences[i].ids)]
         return out
 
     def update(self, data: StepData) -> dict[str, float]:
@@ -166,7 +170,7 @@ class RLTrainer:
         if not sequences:
             return {"update_skipped": 1.0}
         tick = time.perf_counter()
-        plan = [self._minis(len(sequences)) for _ in range(cfg.epochs)]
+        plan = [self._minis(sequences) for _ in range(cfg.epochs)]
         # the first mini-batch trains on the weights that made the rollouts, so its old
         # log-probs are its own forward pass, detached (set in _micro_loss): only the
         # sequences trained after an optimizer step need a pass of their own
@@ -206,10 +210,15 @@ class RLTrainer:
             "sequences": float(len(sequences)),
         }
 
-    def _minis(self, n: int) -> list[np.ndarray]:
-        """One epoch's shuffled mini-batches of sequence indices."""
-        order = self.rng.sample(range(n), n)
-        return np.array_split(np.array(order), max(1, n // self.cfg.mini_batch))
+    def _minis(self, sequences: list[TrainSequence]) -> list[np.ndarray]:
+        """One epoch's mini-batches of sequence indices: prompts in a shuffled order, the
+        sequences of one prompt (a group) adjacent, so a micro-batch runs it once."""
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for i, seq in enumerate(sequences):
+            by_prompt.setdefault(prefix_key(seq), []).append(i)
+        groups = list(by_prompt.values())
+        order = [i for group in self.rng.sample(groups, len(groups)) for i in group]
+        return np.array_split(np.array(order), max(1, len(sequences) // self.cfg.mini_batch))
 
     def _micro_loss(self, micro: list[TrainSequence]) -> tuple[torch.Tensor, dict[str, float]]:
         batch = collate(micro, self.pad_id)
@@ -219,7 +228,7 @@ class RLTrainer:
             rows = [getattr(s, name) for s in micro]
             return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
 
-        logp, entropy = token_logprobs(self.engine, batch)
+        logp, entropy = shared_token_logprobs(self.engine, micro, self.pad_id)
         for i, seq in enumerate(micro):
             if seq.old_logp is None:  # first mini-batch: still the rollout weights
                 seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
