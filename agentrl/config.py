@@ -189,8 +189,9 @@ class ModelSection(Strict):
     )
     syllable_tokens: bool = Field(
         False,
-        description="Every world syllable (lower and capitalised) is one token, so unseen entity "
-        "names are sequences of known tokens (DESIGN.md: tokenization that makes copying easy).",
+        description="Words made only of world syllables (entity names, item words) are split "
+        "at syllable boundaries before BPE, so an unseen name is a sequence of the syllable "
+        "tokens every name is made of (DESIGN.md: tokenization that makes copying easy).",
     )
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(2, ge=1)

@@ -3,6 +3,7 @@
 
     python bench/copy_emergence.py                          # 8x128 rows, 3,000 steps
     python bench/copy_emergence.py --batch 16 --steps 1500 --kv-heads 2
+    python bench/copy_emergence.py --layers 4             # depth against wall time
 
 Copying a string from the context into a call is what the sft targets need (exact first
 call; renamed and held-out tool names), and DESIGN.md records that it had not appeared by
@@ -70,12 +71,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--kv-heads", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--every", type=int, default=250)
     args = parser.parse_args()
     params = load_params(args.params)
     model_cfg = params.model
     if args.kv_heads is not None:
         model_cfg = model_cfg.model_copy(update={"num_kv_heads": args.kv_heads})
+    if args.layers is not None:
+        model_cfg = model_cfg.model_copy(update={"num_layers": args.layers})
     fmt = get_format(params.model.format)
     tokenizer = AutoTokenizer.from_pretrained(f"{params.base.paths.models}/base")
     examples, _ = build_examples(

@@ -40,12 +40,8 @@ def main() -> None:
         if cfg.source == "tiny":
             records = iter_records(synth, "midtrain", cfg.tokenizer_samples)
             texts = (render_text(fmt, r["messages"], r["tools"] or None)[0] for r in records)
-            pieces = (
-                [form for s in SYLLABLES for form in (s, s.capitalize())]
-                if cfg.syllable_tokens
-                else []
-            )
-            tokenizer = train_tokenizer(texts, fmt, cfg.vocab_size, word_pieces=pieces)
+            syllables = SYLLABLES if cfg.syllable_tokens else ()
+            tokenizer = train_tokenizer(texts, fmt, cfg.vocab_size, syllables=syllables)
             model = build_tiny(cfg, tokenizer, params.base.seed)
         else:
             model, tokenizer = load_hf(cfg.source, fmt)

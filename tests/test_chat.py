@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from agentrl.chat import FORMATS, get_format, parse, render_ids, render_text
 from agentrl.chat.render import render_assistant, render_call
 from agentrl.config import SPLITS
+from agentrl.envs.world import SYLLABLES
 from agentrl.model.tokenizer import check_tokenizer, train_tokenizer
 
 
@@ -32,6 +33,23 @@ def test_tokenizer_has_the_format_tokens(fmt_tok) -> None:
     assert tok.encode("12345", add_special_tokens=False) == [
         tok.convert_tokens_to_ids(d) for d in "12345"
     ]
+
+
+def test_syllable_tokens_split_names_at_syllables_and_leave_other_words(dataset: Path) -> None:
+    fmt = get_format("hermes")
+    texts = [
+        render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "midtrain")
+    ]
+    tok = train_tokenizer(texts, fmt, vocab_size=1024, syllables=SYLLABLES)
+
+    def pieces(text: str) -> list[str]:
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+    # the same syllable tokens in prose and in a JSON string, never a merge across two
+    assert pieces("of Ponero?")[-4:] == ["Po", "ne", "ro", "?"]
+    assert pieces('{"item": "moju"}')[-3:-1] == ["mo", "ju"]
+    assert "".join(pieces("Update the age")) == "Update the age"
+    assert "te" not in pieces("Update") and "ge" not in pieces("age")  # not a name: no split
 
 
 def test_renderer_agrees_with_apply_chat_template_on_every_split(fmt_tok, dataset: Path) -> None:

@@ -11,7 +11,8 @@ training saw.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -24,20 +25,25 @@ def train_tokenizer(
     fmt: ChatFormat,
     vocab_size: int,
     min_frequency: int = 2,
-    word_pieces: Iterable[str] = (),
+    syllables: Sequence[str] = (),
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE over ``texts`` with ``fmt``'s special and added tokens.
 
-    ``word_pieces`` become whole tokens too: with the world's syllables, an entity name
-    never seen in training is still a sequence of known tokens, so copying it is copying
-    tokens the model has copied before.
+    With ``syllables``, a word made only of them ("Posase", "moju") is split at syllable
+    boundaries before BPE, so no merge crosses one: an entity name never seen in training
+    is a sequence of the syllable tokens every name is made of, and copying it is copying
+    tokens the model has copied before. Other words are untouched.
     """
+    splits = [pre_tokenizers.Split(Regex(r"\d| "), behavior="isolated")]
+    if syllables:
+        alternatives = "|".join(sorted(map(re.escape, syllables), key=len, reverse=True))
+        # a syllable at a word start or right after the previous one (\G), followed only
+        # by syllables up to the word's end
+        whole_word = rf"(?i)(?:(?<![a-z])|\G)(?:{alternatives})(?=(?:{alternatives})*(?![a-z]))"
+        splits.append(pre_tokenizers.Split(Regex(whole_word), behavior="isolated"))
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"\d| "), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
+        [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
     )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -57,11 +63,6 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(list(fmt.added_tokens))
-    pieces = [
-        p for p in dict.fromkeys(word_pieces) if len(fast.encode(p, add_special_tokens=False)) > 1
-    ]
-    if pieces:
-        fast.add_tokens(pieces)
     return fast
 
 
