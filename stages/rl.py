@@ -2,8 +2,8 @@
 of data/synth/rl, with rollouts through the agent harness (params: rl, harness).
 
     python stages/rl.py                                      # what `dvc repro rl` runs
-    dvc exp run -S rl.advantage=gigpo                        # an experiment, side by side
-    dvc exp run -S rl.reward=random                          # the falsification control
+    dvc exp run -S rl.advantage=gigpo -S rl.reward=verifier  # an experiment, side by side
+    dvc exp run -S rl.advantage=grpo -S rl.reward=random     # the falsification control
 
 Writes models/rl/, checkpoints/rl/ (resumable; kept by DVC), metrics/rl.json and
 plots/rl.tsv. Simplification, stated: one process (the rollout engine shares the module

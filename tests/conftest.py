@@ -112,6 +112,8 @@ def project_params(**train) -> dict:
     )
     params["harness"] = {"max_turns": 2, "max_new_tokens": 16, "context_limit": 512}
     params["rl"] = {
+        "advantage": "grpo",  # present, as in params.yaml: `dvc exp run -S` overrides keys
+        "reward": "verifier",
         "steps": 2,
         "tasks_per_step": 2,
         "group_size": 2,

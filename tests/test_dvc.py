@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -124,20 +126,19 @@ def test_rl_experiments_rerun_only_rl_and_show_side_by_side(repo: Path) -> None:
     _ok(repo, "dvc", "repro")
     _ok(repo, "git", "add", "-A")
     _ok(repo, "git", "commit", "-qm", "baseline")
-    for name, override in (("gigpo", "rl.advantage=gigpo"), ("control", "rl.reward=random")):
-        out = _ok(repo, "dvc", "exp", "run", "-n", name, "-S", override)
+    # an experiment leaves its params in the workspace: each run sets every param it varies
+    for name, advantage, reward in (("gigpo", "gigpo", "verifier"), ("control", "grpo", "random")):
+        out = _ok(
+            repo, "dvc", "exp", "run", "-n", name,
+            "-S", f"rl.advantage={advantage}", "-S", f"rl.reward={reward}",
+        )  # fmt: skip
         assert "Running stage 'rl'" in out, out
         assert not any(f"Running stage '{s}'" in out for s in ("synth", "midtrain", "sft")), out
     shown = _ok(repo, "dvc", "exp", "show", "--csv", "--no-pager")
-    rows = {line.split(",")[0]: line for line in shown.splitlines()[1:]}
-    header = shown.splitlines()[0].split(",")
+    rows = list(csv.DictReader(io.StringIO(shown)))
     for column in ("rl.advantage", "rl.reward", "last.reward_mean", "last.zero_variance_share"):
-        assert column in header, header
-    named = {
-        row.split(",")[header.index("Experiment")]: row.split(",")
-        for row in rows.values()
-        if row.split(",")[header.index("Experiment")]
-    }
+        assert column in rows[0], list(rows[0])
+    named = {row["Experiment"]: row for row in rows if row["Experiment"]}
     assert {"gigpo", "control"} <= set(named), shown
-    assert named["gigpo"][header.index("rl.advantage")] == "gigpo"
-    assert named["control"][header.index("rl.reward")] == "random"
+    assert named["gigpo"]["rl.advantage"] == "gigpo" and named["gigpo"]["rl.reward"] == "verifier"
+    assert named["control"]["rl.reward"] == "random" and named["control"]["rl.advantage"] == "grpo"
