@@ -23,7 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
-    rl_stage(load_params(args.params), args.params)
+    rl_stage(load_params(args.params))
 
 
 if __name__ == "__main__":

@@ -236,8 +236,8 @@ class Harness:
                     0,
                     not gen.stopped,
                     live.turn_start,
+                    live.state,
                 )
-                stats.state = live.state
                 live.episode.turns.append(stats)
                 if not calls and not parsed.errors:
                     turns_left = self.cfg.max_turns - len(live.episode.turns)

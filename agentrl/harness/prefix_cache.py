@@ -3,12 +3,13 @@ kept, so its next turn prefills only the tokens the harness appended (tool respo
 next generation prompt) instead of the whole history — what vLLM's automatic prefix
 caching does, sized for batched multi-turn rollouts.
 
-A prompt sent several times in one call (a group's G samples of a task) is prefilled once
-and shared the same way. Only the previous call's rows are kept (an episode's next prompt extends its last
-sequence; anything older is never hit again), and the cache empties itself when the
-weights change: a parameter's in-place version counter moves on every optimizer step and
-on ``load_state_dict``, so a trainer sharing the module needs no explicit call (one that
-writes through ``param.data``, which bypasses the counter, calls ``clear``).
+A prompt sent several times in one call (a group's G samples of a task) is prefilled
+once and shared the same way. Only the previous call's rows are kept (an episode's next
+prompt extends its last sequence; anything older is never hit again), and the cache
+empties itself when the weights change: a parameter's in-place version counter moves on
+every optimizer step and on ``load_state_dict``, so a trainer sharing the module needs no
+explicit call (one that writes through ``param.data``, which bypasses the counter, calls
+``clear``).
 """
 
 from __future__ import annotations

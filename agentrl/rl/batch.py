@@ -66,6 +66,17 @@ def collate(batch: list[TrainSequence], pad_id: int) -> dict[str, torch.Tensor]:
     }
 
 
+def _taken_and_entropy(
+    logits: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of each target under ``logits`` (batch, tokens, vocab) and the entropy."""
+    logp_all = torch.log_softmax(logits, dim=-1)
+    taken = logp_all.gather(-1, targets[..., None])[..., 0]
+    with torch.no_grad():  # a figure, never a loss term: no graph over the full vocabulary
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return taken, entropy
+
+
 def shared_prefix_len(seq: TrainSequence) -> int:
     """Length of the prompt a group's sequences share: every token before the one that
     predicts the first sampled token (that one must be in the suffix, where logits are)."""
@@ -127,10 +138,7 @@ def shared_token_logprobs(
         .logits[:, :-1]
         .float()
     )
-    logp_all = torch.log_softmax(logits, dim=-1)
-    taken = logp_all.gather(-1, suffix_ids[:, 1:, None])[..., 0]
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    taken, entropy = _taken_and_entropy(logits, suffix_ids[:, 1:])
     width = max(len(s.ids) for s in micro)
 
     def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns
@@ -156,9 +164,6 @@ def token_logprobs(
         .logits[:, :-1]
         .float()
     )
-    logp_all = torch.log_softmax(logits, dim=-1)
-    taken = logp_all.gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
-    with torch.no_grad():  # a figure, never a loss term: no graph over the full vocabulary
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    taken, entropy = _taken_and_entropy(logits, batch["input_ids"][:, 1:])
     zero = torch.zeros_like(taken[:, :1])
     return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)

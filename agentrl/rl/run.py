@@ -31,7 +31,7 @@ PLOT_COLUMNS = (
 )  # fmt: skip
 
 
-def rl_stage(params: Params, params_file: str = "params.yaml") -> dict[str, Any]:
+def rl_stage(params: Params) -> dict[str, Any]:
     cfg, paths = params.rl, params.base.paths
     fmt = get_format(params.model.format)
     source = Path(paths.models) / "sft"
