@@ -384,6 +384,93 @@ class RLSection(Strict):
     checkpoint_every: int = Field(10, ge=1, description="Steps between resumable checkpoints.")
 
 
+class EvalVariant(Strict):
+    """One harness setting the eval stage runs: overrides of `harness` on some splits."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    harness: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fields of `harness` this variant changes, e.g. {context: summary} or "
+        "{temperature: 0}; checked against HarnessSection.",
+    )
+    splits: list[Literal["test", "heldout_tools", "heldout_compose", "long_horizon"]] | None = (
+        Field(None, description="Splits this variant runs on; None: every eval split.")
+    )
+    samples: int | None = Field(
+        None, ge=1, description="Episodes per task; None: eval.samples. Greedy needs one."
+    )
+
+
+class BFCLSection(Strict):
+    """The external benchmark: Berkeley Function Calling Leaderboard, non-live AST categories."""
+
+    package: str = Field(
+        "bfcl-eval==2026.3.23",
+        description="The PyPI release whose bundled data files are read (wheel fetched "
+        "with `pip download --no-deps`; its code is never imported).",
+    )
+    sha256: str = Field(
+        "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
+        pattern=r"^[0-9a-f]{64}$",
+        description="Digest the fetched wheel must have: the data cannot change under a pin.",
+    )
+    categories: list[Literal["simple", "multiple", "parallel"]] = Field(
+        default_factory=lambda: ["simple", "multiple", "parallel"],
+        description="simple: one function, one call; multiple: pick one of 2-4 functions; "
+        "parallel: several calls of one function in one turn (order-free).",
+    )
+    n: int = Field(
+        0, ge=0, description="Questions per category, the first n in file order; 0: all."
+    )
+    max_new_tokens: int = Field(192, ge=1, description="Tokens the single answer turn may use.")
+
+
+class EvalSection(Strict):
+    """The eval stage: every checkpoint on every eval split and harness variant."""
+
+    checkpoints: list[Literal["midtrain", "sft", "rl"]] = Field(
+        default_factory=lambda: ["midtrain", "sft", "rl"],
+        description="Model directories under base.paths.models to evaluate, in pipeline order.",
+    )
+    tasks: int = Field(64, ge=1, description="Tasks per split: the first n of its shards.")
+    samples: int = Field(
+        4, ge=1, description="Episodes per task: pass@1 is their mean, pass@k their best-of-k."
+    )
+    pass_k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 4],
+        description="k of the unbiased pass@k estimator (Chen et al. 2021); k <= samples "
+        "(a variant with fewer samples reports the k it can).",
+    )
+    seed: int = Field(0, ge=0, description="Sampling seed, added to base.seed.")
+    variants: list[EvalVariant] = Field(
+        default_factory=lambda: [EvalVariant(name="default")],
+        min_length=1,
+        description="Harness settings to compare; the first is the headline. A harness "
+        "level enters metrics/eval.json when there is more than one.",
+    )
+    trajectories: int = Field(
+        4, ge=0, description="Episodes per checkpoint x split saved and sent as MLflow traces."
+    )
+    bfcl: BFCLSection = BFCLSection()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvalSection:
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variant names repeat: {names}")
+        if max(self.pass_k) > self.samples:
+            raise ValueError(f"pass_k {max(self.pass_k)} > samples {self.samples}")
+        for v in self.variants:
+            try:
+                HarnessSection.model_validate_json(json.dumps(v.harness))
+            except ValidationError as err:
+                first = err.errors()[0]
+                raise ValueError(
+                    f"variant {v.name!r}: harness.{_dotted(first['loc'])}: {first['msg']}"
+                ) from None
+        return self
+
+
 class Params(Strict):
     base: BaseSection = BaseSection()
     tracking: TrackingSection = TrackingSection()
@@ -393,6 +480,7 @@ class Params(Strict):
     sft: TrainSection = TrainSection(loss_on="assistant")
     harness: HarnessSection = HarnessSection()
     rl: RLSection = RLSection()
+    eval: EvalSection = EvalSection()
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")

@@ -103,11 +103,11 @@ def content_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict) and value:
-            out |= _flatten(value, f"{prefix}{key}.")
+            out |= flatten(value, f"{prefix}{key}.")
         else:
             out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, list | dict) else value
     return out
@@ -183,7 +183,7 @@ def stage_run(
         source = LocalArtifactDatasetSource(str(path.resolve()))
         datasets.append(MetaDataset(source=source, name=name, digest=content_digest(path)[:32]))
     with mlflow.start_run(run_name=stage, tags=tags) as run:
-        mlflow.log_params(_flatten(params))
+        mlflow.log_params(flatten(params))
         for dataset in datasets:
             mlflow.log_input(dataset, context="input")
         yield StageRun(run.info.run_id, stage, uri)

@@ -122,6 +122,17 @@ def project_params(**train) -> dict:
         "micro_batch_size": 2,
         "threads": 1,
     }
+    params["eval"] = {
+        "tasks": 2,
+        "samples": 2,
+        "pass_k": [1, 2],
+        "trajectories": 1,
+        "variants": [
+            {"name": "sampled"},
+            {"name": "summary", "harness": {"context": "summary"}, "splits": ["long_horizon"]},
+        ],
+        "bfcl": {"n": 2, "max_new_tokens": 16},
+    }
     return params
 
 

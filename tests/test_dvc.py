@@ -142,3 +142,75 @@ def test_rl_experiments_rerun_only_rl_and_show_side_by_side(repo: Path) -> None:
     assert {"gigpo", "control"} <= set(named), shown
     assert named["gigpo"]["rl.advantage"] == "gigpo" and named["gigpo"]["rl.reward"] == "verifier"
     assert named["control"]["rl.reward"] == "random" and named["control"]["rl.advantage"] == "grpo"
+
+
+METRIC_KEYS = {
+    "episodes", "tasks", "success", "success_low", "success_high", "grounded_success",
+    "grounded_success_low", "grounded_success_high", "pass_at_1", "pass_at_2", "reward",
+    "tool_calls", "tool_call_validity", "tool_error_rate", "turns", "tokens_per_episode",
+    "peak_context", "compactions",
+}  # fmt: skip
+SPLITS = {"test", "heldout_tools", "heldout_compose", "long_horizon"}
+
+
+def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(repo: Path) -> None:
+    import mlflow
+
+    _ok(repo, "dvc", "repro")
+    metrics = json.loads((repo / "metrics" / "eval.json").read_text())
+    assert set(metrics) == {"midtrain", "sft", "rl", "bfcl"}
+    for checkpoint in ("midtrain", "sft", "rl"):
+        assert set(metrics[checkpoint]) == {"sampled", "summary"}  # two variants: a level
+        assert set(metrics[checkpoint]["sampled"]) == SPLITS
+        assert set(metrics[checkpoint]["summary"]) == {"long_horizon"}
+        for m in metrics[checkpoint]["sampled"].values():
+            assert set(m) == METRIC_KEYS
+            assert m["episodes"] == 4 and m["tasks"] == 2
+            assert m["grounded_success_low"] <= m["grounded_success"] <= m["grounded_success_high"]
+            assert m["peak_context"] <= 512
+        for category, m in metrics["bfcl"][checkpoint].items():
+            assert category in ("simple", "multiple", "parallel") and m["questions"] == 2
+            wrong = m["over_context"] + m["parse_error"] + m["no_call"] + m["wrong_call"]
+            assert round(m["accuracy"] * 2) + wrong == 2
+    samples = sorted(p.name for p in (repo / "reports" / "trajectories").glob("*.jsonl"))
+    assert "sft.sampled.test.jsonl" in samples and "rl.bfcl.jsonl" in samples
+
+    report = (repo / "reports" / "report.md").read_text()
+    for heading in ("## Learning curves", "## Evaluation", "## Context strategies", "## BFCL",
+                    "## Lineage"):  # fmt: skip
+        assert heading in report
+    eval_run = json.loads((repo / "reports" / "trajectories" / "run.json").read_text())["run_id"]
+    rl_run = json.loads((repo / "models" / "rl" / "run.json").read_text())["run_id"]
+    assert eval_run in report and rl_run in report
+    for png in ("learning_curves", "eval_success", "horizon"):
+        assert (repo / "reports" / "figures" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
+    run = mlflow.get_run(eval_run)
+    assert run.data.metrics["sft.sampled.test.episodes"] == 4
+    assert "bfcl.rl.simple.accuracy" in run.data.metrics
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(eval_run)}
+    assert {"eval_table.json", "eval.json", "trajectories"} <= artifacts
+    traces = mlflow.search_traces(run_id=eval_run, return_type="list")
+    assert len(traces) == 3 * 4  # headline variant: a sample episode per checkpoint x split
+    spans = [s.span_type for s in traces[0].data.spans]
+    assert spans[0] == "AGENT" and "LLM" in spans
+    reports = mlflow.search_runs(search_all_experiments=True, filter_string="tags.stage = 'report'")
+    assert len(reports) >= 1
+
+    _ok(repo, "git", "add", "-A")
+    _ok(repo, "git", "commit", "-qm", "with eval")
+    for name, seed in (("eval-a", 1), ("eval-b", 2)):
+        out = _ok(repo, "dvc", "exp", "run", "-n", name, "-S", f"eval.seed={seed}")
+        assert "Running stage 'eval'" in out and "Running stage 'report'" in out, out
+        assert "Running stage 'rl'" not in out and "Running stage 'sft'" not in out, out
+    diff = json.loads(_ok(repo, "dvc", "metrics", "diff", "eval-a", "eval-b", "--json"))
+    changed = diff["metrics/eval.json"]
+    assert "sft.sampled.test.grounded_success" in changed or changed == {}, list(changed)[:5]
+    every = json.loads(
+        _ok(repo, "dvc", "metrics", "diff", "eval-a", "eval-b", "--all", "--json")
+    )["metrics/eval.json"]
+    assert "sft.sampled.test.grounded_success" in every and "bfcl.rl.simple.accuracy" in every
+    plots = json.loads(_ok(repo, "dvc", "plots", "diff", "eval-a", "eval-b", "--json"))
+    for plot in ("plots/eval_success.tsv", "horizon"):
+        assert plot in plots, list(plots)

@@ -35,3 +35,21 @@ def test_over_seeds_gives_mean_and_sample_std() -> None:
     assert over_seeds([0.4]).std == 0.0
     with pytest.raises(ValueError):
         over_seeds([])
+
+
+def test_pass_at_k_matches_its_definition() -> None:
+    from itertools import combinations
+
+    from agentrl.eval.stats import pass_at_k
+
+    for n, c in ((5, 0), (5, 1), (5, 2), (4, 4), (6, 3)):
+        outcomes = [1] * c + [0] * (n - c)
+        for k in range(1, n + 1):
+            draws = list(combinations(outcomes, k))
+            exact = sum(any(d) for d in draws) / len(draws)
+            assert abs(pass_at_k(n, c, k) - exact) < 1e-12, (n, c, k)
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)

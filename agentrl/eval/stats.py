@@ -54,3 +54,13 @@ def over_seeds(values: list[float]) -> OverSeeds:
     if not values:
         raise ValueError("no values")
     return OverSeeds(fmean(values), stdev(values) if len(values) > 1 else 0.0, tuple(values))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task: the chance that k of its n samples, drawn without
+    replacement, hold at least one of its c successes (Chen et al. 2021, eq. 1)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c={c} <= n={n} and 1 <= k={k} <= n")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -107,6 +107,8 @@ class HFEngine:
             self.model.load_state_dict(saved.state_dict())
         except (OSError, ValueError, RuntimeError) as err:
             raise EngineError(f"{model_dir}: cannot load weights: {str(err)[:200]}") from err
+        if self.cache is not None:
+            self.cache.clear()  # keys and values of the old weights
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         """Prompts of similar length are generated together, ``bucket`` at a time: left

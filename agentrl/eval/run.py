@@ -1,0 +1,157 @@
+"""The eval stage: models/{midtrain,sft,rl} x eval splits x harness variants, and BFCL.
+
+Writes, each atomically:
+- ``metrics/eval.json``: ``{checkpoint: {split: metrics}}`` (a variant level above the
+  split when params name more than one variant) and ``bfcl: {checkpoint: {category: ...}}``;
+- ``plots/eval_success.tsv``: grounded success with its interval per checkpoint and split
+  under the headline variant (a bar per cell);
+- ``plots/eval_horizon.tsv``: the last checkpoint's grounded success on long_horizon per
+  task horizon, a column per context strategy;
+- ``reports/trajectories/``: sample episodes and BFCL answers as JSONL, and ``run.json``.
+
+MLflow gets one run with every metric (flattened), the table of cells, the trajectories,
+and the sample episodes of the headline variant as traces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.bfcl.bench import run_bfcl
+from agentrl.chat import get_format
+from agentrl.config import Params
+from agentrl.envs.registry import Registry
+from agentrl.errors import StageError
+from agentrl.eval.suite import Cell, nest, run_cells, variant_harness
+from agentrl.eval.traces import log_episode_trace
+from agentrl.harness.build import build_engine
+from agentrl.tracking import flatten, stage_run
+from agentrl.train.run import write_plot
+
+CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
+TABLE_COLUMNS = ("checkpoint", "variant", "split", "grounded_success", "grounded_success_low",
+                 "grounded_success_high", "success", "pass_at_1", "reward", "tool_call_validity",
+                 "tool_error_rate", "turns", "tokens_per_episode", "peak_context", "episodes")  # fmt: skip
+
+
+def success_rows(cells: list[Cell], headline: str) -> list[dict[str, Any]]:
+    return [
+        {"cell": f"{c.checkpoint} · {c.split}", "checkpoint": c.checkpoint, "split": c.split,
+         "grounded_success": c.metrics["grounded_success"],
+         "low": c.metrics["grounded_success_low"], "high": c.metrics["grounded_success_high"]}
+        for c in cells if c.variant == headline
+    ]  # fmt: skip
+
+
+def horizon_rows(cells: list[Cell], params: Params) -> list[dict[str, Any]]:
+    """One row per horizon; a column per context strategy (the first variant using it)."""
+    last = params.eval.checkpoints[-1]
+    columns: dict[str, dict[int, dict[str, float]]] = {}
+    for cell in cells:
+        if cell.checkpoint == last and cell.split == "long_horizon":
+            variant = next(v for v in params.eval.variants if v.name == cell.variant)
+            strategy = variant_harness(params.harness, variant).context
+            columns.setdefault(strategy, cell.by_horizon)
+    horizons = sorted({h for table in columns.values() for h in table})
+    return [
+        {"horizon": h} | {s: columns[s][h]["grounded_success"] for s in columns if h in columns[s]}
+        for h in horizons
+    ]
+
+
+def eval_stage(params: Params) -> dict[str, Any]:
+    cfg, paths = params.eval, params.base.paths
+    fmt = get_format(params.model.format)
+    dirs = {name: Path(paths.models) / name for name in cfg.checkpoints}
+    for name, path in dirs.items():
+        if not (path / "config.json").is_file():
+            raise StageError(f"{path}: no model (eval.checkpoints names {name!r}); run its stage")
+    data = Path(paths.data) / "synth"
+    bfcl_dir = Path(paths.data) / "bfcl"
+    if cfg.bfcl.categories and not (bfcl_dir / "source.json").is_file():
+        raise StageError(f"{bfcl_dir}: no BFCL data (eval.bfcl.categories); run the bfcl stage")
+    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    sections = {
+        "eval": params.section_dict("eval"),
+        "harness": params.section_dict("harness"),
+        "model.format": params.model.format,
+    }
+    inputs = {name: path for name, path in dirs.items()} | {"eval_data": data / "eval"}
+    if cfg.bfcl.categories:
+        inputs["bfcl"] = bfcl_dir
+    seed = params.base.seed + cfg.seed
+    headline = cfg.variants[0].name
+    with stage_run("eval", params.tracking, sections, inputs) as run:
+        engine, tokenizer = build_engine(params.harness, dirs[cfg.checkpoints[0]], fmt)
+        cells: list[Cell] = []
+        bfcl: dict[str, Any] = {}
+        bfcl_answers: dict[str, Any] = {}
+        for index, name in enumerate(cfg.checkpoints):
+            if index:
+                engine.load_weights(dirs[name])
+            cells += run_cells(
+                engine, tokenizer, fmt, registry, params.harness, cfg, data, name, seed
+            )
+            if cfg.bfcl.categories:
+                bfcl[name], bfcl_answers[name] = run_bfcl(
+                    engine, tokenizer, fmt, bfcl_dir, cfg.bfcl, params.harness.context_limit, seed
+                )
+                print(f"{name:9s} bfcl " + "  ".join(
+                    f"{c} {m['accuracy']:.3f} ({m['over_context']} over context)"
+                    for c, m in bfcl[name].items()
+                ), flush=True)  # fmt: skip
+        if hasattr(engine, "close"):
+            engine.close()
+        metrics = nest(cells, len(cfg.variants))
+        if bfcl:
+            metrics["bfcl"] = bfcl
+        with atomic_dir(Path(paths.reports) / "trajectories") as out:
+            for cell in cells:
+                lines = [json.dumps(e.to_json(), sort_keys=True) for e in cell.samples]
+                file = out / f"{cell.checkpoint}.{cell.variant}.{cell.split}.jsonl"
+                file.write_text("".join(line + "\n" for line in lines))
+            for name, by_category in bfcl_answers.items():
+                rows = [r | {"category": c} for c, results in by_category.items()
+                        for r in results[: max(cfg.trajectories, 1) * 4]]  # fmt: skip
+                (out / f"{name}.bfcl.jsonl").write_text(
+                    "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+                )
+            run.write_run_file(out)
+            run.log_artifact(out, "trajectories")
+        write_plot(Path(paths.plots) / "eval_success.tsv", success_rows(cells, headline),
+                   ("cell", "checkpoint", "split", "grounded_success", "low", "high"))  # fmt: skip
+        write_plot(Path(paths.plots) / "eval_horizon.tsv", horizon_rows(cells, params),
+                   ("horizon", *CONTEXT_STRATEGIES))  # fmt: skip
+        write_json_atomic(Path(paths.metrics) / "eval.json", metrics)
+        run.log_metrics(_numeric(flatten(metrics)))
+        run.log_dict(metrics, "eval.json")
+        _log_table(cells)
+        for cell in cells:
+            if cell.variant == headline:
+                for episode in cell.samples:
+                    log_episode_trace(episode, fmt, {"checkpoint": cell.checkpoint,
+                                                     "split": cell.split, "variant": cell.variant})  # fmt: skip
+        _flush_traces()
+    return metrics
+
+
+def _numeric(flat: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in flat.items() if isinstance(v, int | float)}
+
+
+def _log_table(cells: list[Cell]) -> None:
+    import mlflow
+
+    rows = [{"checkpoint": c.checkpoint, "variant": c.variant, "split": c.split} | c.metrics
+            for c in cells]  # fmt: skip
+    table = {col: [row.get(col) for row in rows] for col in TABLE_COLUMNS}
+    mlflow.log_table(table, "eval_table.json")
+
+
+def _flush_traces() -> None:
+    import mlflow
+
+    mlflow.flush_trace_async_logging()

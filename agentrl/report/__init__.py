@@ -1,0 +1,1 @@
+"""The report stage's pieces: figures from the DVC plot files, markdown from the metrics."""

@@ -1,0 +1,164 @@
+"""reports/report.md: learning curves, the eval table with intervals, the context-strategy
+comparison, BFCL, and lineage (commit, params digest, MLflow run ids), as markdown that
+reads on a git host, with PNGs beside it in reports/figures/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agentrl.config import EVAL_SPLITS, Params, digest
+from agentrl.report.figures import eval_bars, horizon_lines, learning_curves, read_tsv
+from agentrl.tracking import RUN_FILE
+
+LINEAGE = (("synth", "data/synth"), ("init", "models/base"), ("midtrain", "models/midtrain"),
+           ("sft", "models/sft"), ("rl", "models/rl"), ("eval", "reports/trajectories"))  # fmt: skip
+
+
+def cells_of(metrics: dict[str, Any], params: Params) -> list[dict[str, Any]]:
+    """metrics/eval.json back into cells, whether or not it has a variant level."""
+    names = [v.name for v in params.eval.variants]
+    out = []
+    for checkpoint in params.eval.checkpoints:
+        node = metrics.get(checkpoint, {})
+        by_variant = node if len(names) > 1 else {names[0]: node}
+        for variant in names:
+            found = by_variant.get(variant, {})
+            for split in sorted(found, key=lambda s: EVAL_SPLITS.index(s)):
+                m = found[split]
+                out.append(
+                    {"checkpoint": checkpoint, "variant": variant, "split": split, "metrics": m}
+                )
+    return out
+
+
+def _ci(m: dict[str, Any], key: str) -> str:
+    return f"{m[key]:.3f} [{m[f'{key}_low']:.3f}, {m[f'{key}_high']:.3f}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def eval_table(cells: list[dict[str, Any]], pass_k: list[int]) -> list[str]:
+    ks = [k for k in pass_k if k > 1]
+    header = ["checkpoint", "split", "grounded success [95% CI]", "success [95% CI]",
+              *[f"pass@{k}" for k in ks], "reward", "valid calls", "tool errors", "turns",
+              "tokens/episode", "peak context", "episodes"]  # fmt: skip
+    rows = []
+    for c in cells:
+        m = c["metrics"]
+        rows.append([c["checkpoint"], c["split"], _ci(m, "grounded_success"), _ci(m, "success"),
+                     *[f"{m[f'pass_at_{k}']:.3f}" if f"pass_at_{k}" in m else "–" for k in ks],
+                     f"{m['reward']:.3f}", f"{m['tool_call_validity']:.3f}",
+                     f"{m['tool_error_rate']:.3f}", f"{m['turns']:.1f}",
+                     f"{m['tokens_per_episode']:.0f}", str(m["peak_context"]), str(m["episodes"])])  # fmt: skip
+    return _table(header, rows)
+
+
+def lineage(params: Params, commit: str, dirty: bool) -> list[str]:
+    rows = []
+    for stage, rel in LINEAGE:
+        path = _resolve(params, rel)
+        run_file = path / RUN_FILE
+        run_id = json.loads(run_file.read_text())["run_id"] if run_file.is_file() else "–"
+        rows.append([stage, f"`{path}`", f"`{run_id}`"])
+    params_digest = digest(params.model_dump(mode="json"))
+    head = [f"- git commit: `{commit}`" + (" (with uncommitted changes)" if dirty else ""),
+            f"- params digest: `{params_digest}` (sha256 of the validated params.yaml)",
+            f"- MLflow experiment: `{params.tracking.experiment}`", ""]  # fmt: skip
+    return head + _table(["stage", "output", "MLflow run id"], rows)
+
+
+def _resolve(params: Params, rel: str) -> Path:
+    top, rest = rel.split("/", 1)
+    return Path(getattr(params.base.paths, top)) / rest
+
+
+def build_report(params: Params, commit: str, dirty: bool, figures: Path) -> str:
+    """Draw the PNGs into ``figures`` and return the markdown, which links them as
+    ``figures/<name>.png`` (the directory beside report.md)."""
+    paths = params.base.paths
+    plots = Path(paths.plots)
+    metrics = json.loads((Path(paths.metrics) / "eval.json").read_text())
+    cells = cells_of(metrics, params)
+    headline = params.eval.variants[0].name
+    learning_curves(plots, figures / "learning_curves.png")
+    eval_bars([c for c in cells if c["variant"] == headline], figures / "eval_success.png")
+    horizon = read_tsv(plots / "eval_horizon.tsv")
+    horizon_lines(horizon, figures / "horizon.png")
+
+    lines = ["# agentrl run report", "",
+             "Every figure below is computed by the stages of this DAG on worlds the model never "
+             "saw in training. *Grounded* success counts an answer only when it was read off a "
+             "tool result in that episode. Intervals are Wilson 95%.", "",
+             "## Learning curves", "", "![learning curves](figures/learning_curves.png)", ""]  # fmt: skip
+    for stage in ("midtrain", "sft", "rl"):
+        path = Path(paths.metrics) / f"{stage}.json"
+        if path.is_file():
+            lines.append(f"- {stage}: {_stage_summary(stage, json.loads(path.read_text()))}")
+    lines += ["", f"## Evaluation (harness variant `{headline}`)", "",
+              "![grounded success per split](figures/eval_success.png)", ""]  # fmt: skip
+    lines += eval_table([c for c in cells if c["variant"] == headline], params.eval.pass_k)
+    for variant in params.eval.variants[1:]:
+        chosen = [c for c in cells if c["variant"] == variant.name and c["split"] != "long_horizon"]
+        if chosen:
+            lines += ["", f"### Variant `{variant.name}` ({json.dumps(variant.harness)})", ""]
+            lines += eval_table(chosen, params.eval.pass_k)
+    lines += [
+        "",
+        "## Context strategies on long_horizon",
+        "",
+        "![horizon](figures/horizon.png)",
+        "",
+    ]
+    lines += _strategies(cells, params)
+    if "bfcl" in metrics:
+        lines += ["", "## BFCL (non-live AST categories)", "", *_bfcl(metrics["bfcl"])]
+    lines += ["", "## Lineage", "", *lineage(params, commit, dirty)]
+    lines += ["", "Compare two runs: `dvc metrics diff <rev>` and `dvc plots diff <rev>`; "
+              "`dvc exp show` lists experiments side by side.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _stage_summary(stage: str, m: dict[str, Any]) -> str:
+    if stage == "rl":
+        mean = m.get("mean", {})
+        return (f"{m.get('steps')} steps, mean reward {mean.get('reward_mean', 0):.3f}, "
+                f"mean grounded success {mean.get('grounded_success', 0):.3f} ({m.get('advantage')}, "
+                f"reward {m.get('reward')})")  # fmt: skip
+    check = m.get("format_check", {})
+    extra = f", first-call validity {check['valid']:.3f}" if "valid" in check else ""
+    return f"{m.get('steps')} steps, loss {m.get('loss', 0):.3f}, eval loss {m.get('eval_loss', 0):.3f}{extra}"
+
+
+def _strategies(cells: list[dict[str, Any]], params: Params) -> list[str]:
+    from agentrl.eval.suite import variant_harness
+
+    rows = []
+    for c in cells:
+        if c["split"] != "long_horizon":
+            continue
+        variant = next(v for v in params.eval.variants if v.name == c["variant"])
+        strategy = variant_harness(params.harness, variant).context
+        m = c["metrics"]
+        rows.append([c["checkpoint"], c["variant"], strategy, _ci(m, "grounded_success"),
+                     f"{m['turns']:.1f}", f"{m['tokens_per_episode']:.0f}", str(m["peak_context"]),
+                     f"{m['compactions']:.2f}", f"{m['tool_call_validity']:.3f}"])  # fmt: skip
+    header = ["checkpoint", "variant", "context", "grounded success [95% CI]", "turns",
+              "tokens/episode", "peak context", "compactions/episode", "valid calls"]  # fmt: skip
+    return _table(header, rows)
+
+
+def _bfcl(bfcl: dict[str, Any]) -> list[str]:
+    rows = []
+    for checkpoint, categories in bfcl.items():
+        for category, m in categories.items():
+            rows.append([checkpoint, category, _ci(m, "accuracy"), str(m["questions"]),
+                         str(m["over_context"]), str(m["parse_error"]), str(m["no_call"]),
+                         str(m["wrong_call"])])  # fmt: skip
+    header = ["checkpoint", "category", "accuracy [95% CI]", "questions", "over context",
+              "parse errors", "no call", "wrong call"]  # fmt: skip
+    return _table(header, rows)
