@@ -125,13 +125,21 @@ def project_params(**train) -> dict:
     params["eval"] = {
         "tasks": 2,
         "samples": 2,
+        "seed": 0,  # present: `dvc exp run -S eval.seed=1` overrides it
         "pass_k": [1, 2],
         "trajectories": 1,
         "variants": [
             {"name": "sampled"},
             {"name": "summary", "harness": {"context": "summary"}, "splits": ["long_horizon"]},
         ],
-        "bfcl": {"n": 2, "max_new_tokens": 16},
+        # dvc.yaml names these keys: they must be written out, as in params.yaml
+        "bfcl": {
+            "package": "bfcl-eval==2026.3.23",
+            "sha256": "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
+            "categories": ["simple", "multiple", "parallel"],
+            "n": 2,
+            "max_new_tokens": 16,
+        },
     }
     return params
 

@@ -12,7 +12,9 @@ from agentrl.harness.records import Episode, TurnStats
 from agentrl.report.build import cells_of
 
 
-def episode(task: str, sample: int, grounded: bool, success: bool, errors: dict, calls: int) -> Episode:
+def episode(
+    task: str, sample: int, grounded: bool, success: bool, errors: dict, calls: int
+) -> Episode:
     turns = [TurnStats(10, calls, errors, 0, False, 5), TurnStats(4, 0, {}, 0, False, 30)]
     return Episode(task, sample, [], [], turns=turns, success=success, grounded=grounded,
                    reward=float(grounded))  # fmt: skip
@@ -58,7 +60,10 @@ def test_metrics_nest_by_variant_only_when_several_and_read_back(tmp_path) -> No
     [
         ({"pass_k": [1, 8], "samples": 4}, "pass_k 8 > samples 4"),
         ({"variants": [{"name": "a"}, {"name": "a"}]}, "variant names repeat"),
-        ({"variants": [{"name": "x", "harness": {"context": "fold"}}]}, "variant 'x': harness.context"),
+        (
+            {"variants": [{"name": "x", "harness": {"context": "fold"}}]},
+            "variant 'x': harness.context",
+        ),
         ({"variants": [{"name": "x", "harness": {"temprature": 0}}]}, "harness.temprature"),
         ({"checkpoints": ["final"]}, "eval.checkpoints.0"),
         ({"bfcl": {"categories": ["live_simple"]}}, "eval.bfcl.categories.0"),

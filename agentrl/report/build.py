@@ -67,8 +67,7 @@ def lineage(params: Params, commit: str, dirty: bool) -> list[str]:
         rows.append([stage, f"`{path}`", f"`{run_id}`"])
     params_digest = digest(params.model_dump(mode="json"))
     head = [f"- git commit: `{commit}`" + (" (with uncommitted changes)" if dirty else ""),
-            f"- params digest: `{params_digest}` (sha256 of the validated params.yaml)",
-            f"- MLflow experiment: `{params.tracking.experiment}`", ""]  # fmt: skip
+            f"- params digest: `{params_digest}` (sha256 of the validated params.yaml)", ""]  # fmt: skip
     return head + _table(["stage", "output", "MLflow run id"], rows)
 
 
