@@ -67,7 +67,7 @@ def lineage(params: Params, commit: str, dirty: bool) -> list[str]:
         rows.append([stage, f"`{path}`", f"`{run_id}`"])
     params_digest = digest(params.model_dump(mode="json"))
     head = [f"- git commit: `{commit}`" + (" (with uncommitted changes)" if dirty else ""),
-            f"- params digest: `{params_digest}` (sha256 of the validated params.yaml)", ""]  # fmt: skip
+            f"- params digest: `{params_digest}` (sha256 prefix of the validated params.yaml)", ""]  # fmt: skip
     return head + _table(["stage", "output", "MLflow run id"], rows)
 
 
@@ -115,7 +115,7 @@ def build_report(params: Params, commit: str, dirty: bool, figures: Path) -> str
     ]
     lines += _strategies(cells, params)
     if "bfcl" in metrics:
-        lines += ["", "## BFCL (non-live AST categories)", "", *_bfcl(metrics["bfcl"])]
+        lines += ["", "## BFCL (non-live AST categories)", "", *_bfcl(metrics["bfcl"], params)]
     lines += ["", "## Lineage", "", *lineage(params, commit, dirty)]
     lines += ["", "Compare two runs: `dvc metrics diff <rev>` and `dvc plots diff <rev>`; "
               "`dvc exp show` lists experiments side by side.", ""]  # fmt: skip
@@ -151,10 +151,11 @@ def _strategies(cells: list[dict[str, Any]], params: Params) -> list[str]:
     return _table(header, rows)
 
 
-def _bfcl(bfcl: dict[str, Any]) -> list[str]:
+def _bfcl(bfcl: dict[str, Any], params: Params) -> list[str]:
     rows = []
-    for checkpoint, categories in bfcl.items():
-        for category, m in categories.items():
+    for checkpoint in [c for c in params.eval.checkpoints if c in bfcl]:
+        for category in [c for c in params.eval.bfcl.categories if c in bfcl[checkpoint]]:
+            m = bfcl[checkpoint][category]
             rows.append([checkpoint, category, _ci(m, "accuracy"), str(m["questions"]),
                          str(m["over_context"]), str(m["parse_error"]), str(m["no_call"]),
                          str(m["wrong_call"])])  # fmt: skip
