@@ -74,3 +74,18 @@ def test_bad_eval_params_name_the_key(tmp_path, change: dict, message: str) -> N
     params["eval"] |= change
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_params(write_params(tmp_path / "params.yaml", params))
+
+
+def test_eval_and_report_name_what_is_missing(tmp_path) -> None:
+    from agentrl.errors import StageError
+    from agentrl.eval.run import eval_stage
+    from agentrl.report.run import report_stage
+
+    params = project_params()
+    params["base"]["paths"] = {k: str(tmp_path / k) for k in params["base"]["paths"]}
+    loaded = load_params(write_params(tmp_path / "params.yaml", params))
+    with pytest.raises(StageError, match=r"models/midtrain: no model .*'midtrain'"):
+        eval_stage(loaded)
+    with pytest.raises(StageError, match=r"metrics/eval.json: missing"):
+        report_stage(loaded)
+    assert not (tmp_path / "metrics").exists() and not (tmp_path / "reports").exists()

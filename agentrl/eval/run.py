@@ -62,6 +62,20 @@ def horizon_rows(cells: list[Cell], params: Params) -> list[dict[str, Any]]:
     ]
 
 
+def write_trajectories(out: Path, cells: list[Cell], bfcl_answers: dict[str, Any]) -> None:
+    """A cell's sample episodes to ``<checkpoint>.<variant>.<split>.jsonl``; every BFCL
+    answer (text, parsed calls, verdict) to ``<checkpoint>.bfcl.jsonl``."""
+    for cell in cells:
+        lines = [json.dumps(e.to_json(), sort_keys=True) for e in cell.samples]
+        file = out / f"{cell.checkpoint}.{cell.variant}.{cell.split}.jsonl"
+        file.write_text("".join(line + "\n" for line in lines))
+    for name, by_category in bfcl_answers.items():
+        rows = [r | {"category": c} for c, results in by_category.items() for r in results]
+        (out / f"{name}.bfcl.jsonl").write_text(
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        )
+
+
 def eval_stage(params: Params) -> dict[str, Any]:
     cfg, paths = params.eval, params.base.paths
     fmt = get_format(params.model.format)
@@ -79,7 +93,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
         "harness": params.section_dict("harness"),
         "model.format": params.model.format,
     }
-    inputs = {name: path for name, path in dirs.items()} | {"eval_data": data / "eval"}
+    inputs = dirs | {"eval_data": data / "eval"}
     if cfg.bfcl.categories:
         inputs["bfcl"] = bfcl_dir
     seed = params.base.seed + cfg.seed
@@ -109,16 +123,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
         if bfcl:
             metrics["bfcl"] = bfcl
         with atomic_dir(Path(paths.reports) / "trajectories") as out:
-            for cell in cells:
-                lines = [json.dumps(e.to_json(), sort_keys=True) for e in cell.samples]
-                file = out / f"{cell.checkpoint}.{cell.variant}.{cell.split}.jsonl"
-                file.write_text("".join(line + "\n" for line in lines))
-            for name, by_category in bfcl_answers.items():
-                rows = [r | {"category": c} for c, results in by_category.items()
-                        for r in results[: max(cfg.trajectories, 1) * 4]]  # fmt: skip
-                (out / f"{name}.bfcl.jsonl").write_text(
-                    "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-                )
+            write_trajectories(out, cells, bfcl_answers)
             run.write_run_file(out)
             run.log_artifact(out, "trajectories")
         write_plot(Path(paths.plots) / "eval_success.tsv", success_rows(cells, headline),
