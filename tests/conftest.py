@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -253,3 +254,44 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dataset")
     synthesize(cfg, 11, out, build_registry(cfg), progress=False)
     return out
+
+
+BIN = Path(sys.executable).parent
+
+
+def repo_run(repo: Path, *cmd: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``cmd`` in ``repo`` with the venv's tools first on PATH and a git identity."""
+    env = stage_env(
+        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(repo),  # the repository's own copy of agentrl, as on a clone
+        GIT_AUTHOR_NAME="ci",
+        GIT_AUTHOR_EMAIL="ci@localhost",
+        GIT_COMMITTER_NAME="ci",
+        GIT_COMMITTER_EMAIL="ci@localhost",
+        **extra_env,
+    )
+    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+
+
+def repo_ok(repo: Path, *cmd: str, **extra_env: str) -> str:
+    result = repo_run(repo, *cmd, **extra_env)
+    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="session")
+def dvc_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git + DVC repository holding a copy of the project with tiny params; tests that
+    share it run the DAG in it (DVC's cache makes a second `dvc repro` a no-op)."""
+    repo = tmp_path_factory.mktemp("repo")
+    for name in ("agentrl", "stages", "flows"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "dvc.yaml", repo)
+    shutil.copy(ROOT / ".gitignore", repo)
+    write_params(repo / "params.yaml", project_params(max_steps=6, checkpoint_every=100))
+    repo_ok(repo, "git", "init", "-q")
+    repo_ok(repo, "dvc", "init", "-q")
+    repo_ok(repo, "dvc", "config", "core.analytics", "false")
+    repo_ok(repo, "git", "add", "-A")
+    repo_ok(repo, "git", "commit", "-qm", "init")
+    return repo

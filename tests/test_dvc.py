@@ -5,54 +5,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, project_params, stage_env, write_params
+from conftest import repo_ok as _ok
+from conftest import repo_run as _run
+from conftest import write_params
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.tracking import content_digest
 
-BIN = Path(sys.executable).parent
-
-
-def _run(repo: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
-    env = stage_env(
-        PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        PYTHONPATH=str(repo),  # the repository's own copy of agentrl, as on a clone
-        GIT_AUTHOR_NAME="ci",
-        GIT_AUTHOR_EMAIL="ci@localhost",
-        GIT_COMMITTER_NAME="ci",
-        GIT_COMMITTER_EMAIL="ci@localhost",
-    )
-    return subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-
-
-def _ok(repo: Path, *cmd: str) -> str:
-    result = _run(repo, *cmd)
-    assert result.returncode == 0, f"{cmd}: {result.stdout}\n{result.stderr}"
-    return result.stdout + result.stderr
-
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("repo")
-    for name in ("agentrl", "stages"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "dvc.yaml", repo)
-    shutil.copy(ROOT / ".gitignore", repo)
-    write_params(repo / "params.yaml", project_params(max_steps=6, checkpoint_every=100))
-    _ok(repo, "git", "init", "-q")
-    _ok(repo, "dvc", "init", "-q")
-    _ok(repo, "dvc", "config", "core.analytics", "false")
-    _ok(repo, "git", "add", "-A")
-    _ok(repo, "git", "commit", "-qm", "init")
-    return repo
+def repo(dvc_project: Path) -> Path:
+    return dvc_project
 
 
 def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo: Path) -> None:
