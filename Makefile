@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint format bench clean
+.PHONY: install system-deps run test lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -28,12 +28,22 @@ $(VENV)/.installed: pyproject.toml
 run: install .dvc/config
 	dvc repro
 
-test: install
+# Debian packages some tests need: dockerd and debootstrap for the docker sandbox's
+# escape tests (the tests start dockerd and build the image themselves). Root only;
+# without them those tests skip and say why.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	   ! { command -v dockerd && command -v debootstrap; } >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap; \
+	fi
+
+test: install system-deps
 	pytest
 
 lint: install
 	ruff check .
 	ruff format --check .
+	hadolint --config infra/.hadolint.yaml infra/docker/*.Dockerfile
 
 format: install
 	ruff format .
