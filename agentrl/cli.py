@@ -7,6 +7,7 @@ agentrl sample calculator      # one freshly synthesised, verified sample as JSO
 agentrl rollout --model models/sft --split test --n 32 --context window --out runs/test.jsonl
 agentrl serve --model models/sft --port 8000   # OpenAI-compatible completions server
 agentrl rollout --model models/sft --engine openai --url http://127.0.0.1:8000 --out runs/x.jsonl
+agentrl profile infra/profiles/qwen2.5-0.5b.yaml   # a GPU profile over params.yaml
 """
 
 from __future__ import annotations
@@ -182,3 +183,23 @@ def serve(
 
 if __name__ == "__main__":
     app()
+
+
+@app.command()
+def profile(
+    path: Annotated[
+        Path, typer.Argument(help="profile file, e.g. infra/profiles/qwen2.5-0.5b.yaml")
+    ],
+    params_path: ParamsFile = Path("params.yaml"),
+    out: Annotated[Path | None, typer.Option(help="where to write (default: --params)")] = None,
+) -> None:
+    """Lay a profile over params.yaml (sections merge key by key), validated first."""
+    from agentrl.profiles import apply_profile
+
+    target = out or params_path
+    try:
+        apply_profile(path, params_path, target)
+    except ConfigError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from err
+    console.print(f"{target}: {params_path} + {path}")
