@@ -112,6 +112,8 @@ def pipeline(
     one ``dvc exp run`` named ``experiment``."""
     import mlflow
 
+    if overrides and stages:
+        raise ValueError("overrides run the whole DAG as one `dvc exp run`: give no stages")
     order = dag_stages()
     unknown = sorted(set(stages or []) - set(order))
     if unknown:
