@@ -295,3 +295,18 @@ def dvc_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo_ok(repo, "git", "add", "-A")
     repo_ok(repo, "git", "commit", "-qm", "init")
     return repo
+
+
+def python_tool() -> tuple[Any, Any, str, str]:
+    """The python family's code tool bound to a fresh sample: (tools, box, tool name,
+    name of its code argument). Close ``box`` when done; it opens the configured sandbox."""
+    from agentrl.config import SplitSection, TeacherSection
+    from agentrl.envs.registry import Registry
+    from agentrl.synth.sampler import Sampler
+
+    registry = Registry(["agentrl.envs.families.python_exec:PythonEnv"])
+    sampler = Sampler(registry, 0, TeacherSection())
+    record = sampler.sample("sft", SplitSection(n=1), ["python"], 0).record
+    tools, box = registry.bind(record["env"])
+    surface = record["env"]["surfaces"]["run_python"]
+    return tools, box, surface["name"], surface["args"]["code"]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, python_tool
 
 from agentrl.tools.docker_sandbox import DockerSandbox
 from agentrl.tools.sandbox import SandboxLimits
@@ -139,22 +139,11 @@ def test_endless_programs_are_stopped(image: str, code: str) -> None:
 
 
 def test_model_written_escapes_through_the_python_tool(image: str) -> None:
-    from agentrl.config import SplitSection, TeacherSection
-    from agentrl.envs.registry import Registry
-    from agentrl.synth.sampler import Sampler
     from agentrl.tools import sandbox
 
-    registry = Registry(["agentrl.envs.families.python_exec:PythonEnv"])
-    record = (
-        Sampler(registry, 0, TeacherSection())
-        .sample("sft", SplitSection(n=1), ["python"], 0)
-        .record
-    )
     sandbox.configure("docker", image)
     try:
-        tools, box = registry.bind(record["env"])
-        surface = record["env"]["surfaces"]["run_python"]
-        name, arg = surface["name"], surface["args"]["code"]
+        tools, box, name, arg = python_tool()
         attempts = {
             "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)": "Error:",
             "open('/etc/agentrl_owned', 'w').write('x')": "Error:",

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import python_tool
 
 from agentrl.tools.sandbox import SandboxLimits, run_python, unavailable_reason
 
@@ -137,19 +138,7 @@ def test_python_family_samples_are_verified_by_running_the_oracle_code() -> None
 
 
 def test_model_written_escapes_through_the_python_tool_are_error_observations() -> None:
-    from agentrl.config import SplitSection, TeacherSection
-    from agentrl.envs.registry import Registry
-    from agentrl.synth.sampler import Sampler
-
-    registry = Registry([PYTHON_ENV])
-    record = (
-        Sampler(registry, 0, TeacherSection())
-        .sample("sft", SplitSection(n=1), ["python"], 0)
-        .record
-    )
-    tools, box = registry.bind(record["env"])
-    surface = record["env"]["surfaces"]["run_python"]
-    name, arg = surface["name"], surface["args"]["code"]
+    tools, box, name, arg = python_tool()
     attempts = {
         "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)": "Error:",
         "import os; print(os.environ.get('AGENTRL_SECRET', 'no secret'))": "no secret",

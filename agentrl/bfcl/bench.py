@@ -102,21 +102,23 @@ def run_category(
     return metrics, results
 
 
+def load_questions(data: Path, cfg: BFCLSection) -> dict[str, list[tuple[dict, dict]]]:
+    """Each category's first ``cfg.n`` (question, possible answer) pairs (all when 0)."""
+    return {c: load(data, c)[: cfg.n or None] for c in cfg.categories}
+
+
 def run_bfcl(
     engine: Engine,
     tokenizer: Any,
     fmt: ChatFormat,
-    data: Path,
+    questions: dict[str, list[tuple[dict, dict]]],
     cfg: BFCLSection,
     context_limit: int,
     seed: int,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Metrics and per-question results for every category in ``cfg``."""
+    """Metrics and per-question results for every category of ``questions``."""
     metrics, results = {}, {}
-    for category in cfg.categories:
-        pairs = load(data, category)
-        if cfg.n:
-            pairs = pairs[: cfg.n]
+    for category, pairs in questions.items():
         metrics[category], results[category] = run_category(
             engine, tokenizer, fmt, category, pairs, cfg, context_limit, seed
         )

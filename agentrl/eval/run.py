@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.atomic import atomic_dir, write_json_atomic
-from agentrl.bfcl.bench import run_bfcl
+from agentrl.bfcl.bench import load_questions, run_bfcl
 from agentrl.chat import get_format
 from agentrl.config import Params
 from agentrl.envs.registry import Registry
 from agentrl.errors import StageError
-from agentrl.eval.suite import Cell, nest, run_cells, variant_harness
+from agentrl.eval.suite import Cell, nest, run_cells, variant_context
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
 from agentrl.tracking import flatten, stage_run
@@ -52,8 +52,7 @@ def horizon_rows(cells: list[Cell], params: Params) -> list[dict[str, Any]]:
     columns: dict[str, dict[int, dict[str, float]]] = {}
     for cell in cells:
         if cell.checkpoint == last and cell.split == "long_horizon":
-            variant = next(v for v in params.eval.variants if v.name == cell.variant)
-            strategy = variant_harness(params.harness, variant).context
+            strategy = variant_context(params.harness, params.eval.variants, cell.variant)
             columns.setdefault(strategy, cell.by_horizon)
     horizons = sorted({h for table in columns.values() for h in table})
     return [
@@ -100,6 +99,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     headline = cfg.variants[0].name
     with stage_run("eval", params.tracking, sections, inputs) as run:
         engine, tokenizer = build_engine(params.harness, dirs[cfg.checkpoints[0]], fmt)
+        questions = load_questions(bfcl_dir, cfg.bfcl) if cfg.bfcl.categories else {}
         cells: list[Cell] = []
         bfcl: dict[str, Any] = {}
         bfcl_answers: dict[str, Any] = {}
@@ -111,7 +111,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
             )
             if cfg.bfcl.categories:
                 bfcl[name], bfcl_answers[name] = run_bfcl(
-                    engine, tokenizer, fmt, bfcl_dir, cfg.bfcl, params.harness.context_limit, seed
+                    engine, tokenizer, fmt, questions, cfg.bfcl, params.harness.context_limit, seed
                 )
                 print(f"{name:9s} bfcl " + "  ".join(
                     f"{c} {m['accuracy']:.3f} ({m['over_context']} over context)"

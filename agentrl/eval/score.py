@@ -16,6 +16,7 @@ from statistics import fmean
 from typing import Any
 
 from agentrl.eval.stats import pass_at_k, wilson
+from agentrl.harness.metrics import summarize
 from agentrl.harness.records import Episode
 
 INVALID_CALL = frozenset(
@@ -37,15 +38,10 @@ def score(episodes: list[Episode], pass_k: list[int]) -> dict[str, Any]:
     for episode in episodes:
         by_task[episode.task_id].append(episode)
     samples = min(len(group) for group in by_task.values())
-    calls = invalid = failed = 0
-    for episode in episodes:
-        for turn in episode.turns:
-            calls += turn.calls
-            for kind, count in turn.call_errors.items():
-                if kind in INVALID_CALL:
-                    invalid += count
-                else:
-                    failed += count
+    figures = summarize(episodes)
+    calls = figures["tool_calls"]
+    invalid = sum(n for kind, n in figures["errors"].items() if kind in INVALID_CALL)
+    failed = sum(figures["errors"].values()) - invalid
     valid = calls - invalid
     out: dict[str, Any] = {
         "episodes": len(episodes),
@@ -60,13 +56,13 @@ def score(episodes: list[Episode], pass_k: list[int]) -> dict[str, Any]:
                 for group in by_task.values()
             )
     out |= {
-        "reward": fmean(e.reward for e in episodes),
+        "reward": figures["reward"],
         "tool_calls": calls,
         "tool_call_validity": valid / calls if calls else 0.0,
         "tool_error_rate": failed / valid if valid else 0.0,
-        "turns": fmean(len(e.turns) for e in episodes),
-        "tokens_per_episode": fmean(sum(t.generated_tokens for t in e.turns) for e in episodes),
-        "peak_context": max(e.peak_context for e in episodes),
-        "compactions": fmean(e.compactions for e in episodes),
+        "turns": figures["turns"],
+        "tokens_per_episode": figures["generated_tokens"],
+        "peak_context": figures["peak_context"],
+        "compactions": figures["compactions"] / len(episodes),
     }
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}

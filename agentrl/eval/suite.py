@@ -44,6 +44,12 @@ def variant_harness(base: HarnessSection, variant: EvalVariant) -> HarnessSectio
     )
 
 
+def variant_context(base: HarnessSection, variants: list[EvalVariant], name: str) -> str:
+    """The context strategy the variant called ``name`` runs with."""
+    variant = next(v for v in variants if v.name == name)
+    return variant_harness(base, variant).context
+
+
 def horizon_breakdown(episodes: list[Episode], records: list[dict[str, Any]]) -> dict:
     """Grounded success per task horizon (tool calls the task needs), with intervals."""
     horizon = {r["id"]: int(r["difficulty"]["horizon"]) for r in records}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import EVAL_SPLITS, Params, digest
+from agentrl.eval.suite import variant_context
 from agentrl.report.figures import eval_bars, horizon_lines, learning_curves, read_tsv
 from agentrl.tracking import RUN_FILE
 
@@ -134,14 +135,11 @@ def _stage_summary(stage: str, m: dict[str, Any]) -> str:
 
 
 def _strategies(cells: list[dict[str, Any]], params: Params) -> list[str]:
-    from agentrl.eval.suite import variant_harness
-
     rows = []
     for c in cells:
         if c["split"] != "long_horizon":
             continue
-        variant = next(v for v in params.eval.variants if v.name == c["variant"])
-        strategy = variant_harness(params.harness, variant).context
+        strategy = variant_context(params.harness, params.eval.variants, c["variant"])
         m = c["metrics"]
         rows.append([c["checkpoint"], c["variant"], strategy, _ci(m, "grounded_success"),
                      f"{m['turns']:.1f}", f"{m['tokens_per_episode']:.0f}", str(m["peak_context"]),
