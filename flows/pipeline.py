@@ -28,7 +28,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from agentrl.config import load_params
-from agentrl.tracking import PARENT_ENV, flatten, stage_run, tracking_uri
+from agentrl.tracking import PARENT_ENV, flatten, stage_run
 
 HEADLINE = ("loss", "eval_loss", "reward_mean", "grounded_success", "tool_call_validity",
             "accuracy")  # fmt: skip
@@ -134,7 +134,7 @@ def pipeline(
         parent.log_dict({"before": before, "after": after}, "pipeline_metrics.json")
         experiment_id = mlflow.get_run(parent.run_id).info.experiment_id
     create_markdown_artifact(table, key="pipeline-metrics", description="headline metrics")
-    url = _run_url(tracking_uri(params.tracking), experiment_id, parent.run_id)
+    url = _run_url(parent.uri, experiment_id, parent.run_id)
     create_link_artifact(url, link_text="MLflow pipeline run", key="mlflow-pipeline-run")
     return {"stages": chosen, "mlflow_run_id": parent.run_id, "metrics": after}
 

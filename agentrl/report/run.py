@@ -18,7 +18,7 @@ def report_stage(params: Params) -> Path:
         raise StageError(f"{eval_metrics}: missing; run the eval stage first")
     reports = Path(paths.reports)
     inputs = {"eval": Path(paths.reports) / "trajectories"}
-    sections = {"eval": params.section_dict("eval"), "base.paths": params.section_dict("base")}
+    sections = {"eval": params.section_dict("eval"), "base": params.section_dict("base")}
     commit, dirty = git_state()
     with stage_run("report", params.tracking, sections, inputs) as run:
         with atomic_dir(reports / "figures") as figures:
