@@ -103,7 +103,7 @@ def main() -> None:
         batch = collate(
             [rows[order.pop()] for _ in range(args.batch)], args.context, tokenizer.pad_token_id
         )
-        loss, _ = lm_loss(model, batch)
+        loss, _ = lm_loss(model, batch, 256)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

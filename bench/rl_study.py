@@ -3,6 +3,7 @@
     python bench/rl_study.py                                   # grpo and random, seeds 0 1 2
     python bench/rl_study.py --arms grpo,gigpo,random --seeds 0,1,2 --eval-n 300
     python bench/rl_study.py --set rl.steps=24 --out runs/rl_study_long
+    python bench/rl_study.py --arms none --midtrain-ablation   # sft from base vs midtrain
 
 Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
 params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
@@ -41,7 +42,9 @@ ARMS = {
     "rloo": {"rl.advantage": "rloo", "rl.reward": "verifier"},
     "random": {"rl.advantage": "grpo", "rl.reward": "random"},
 }
-SPLITS = ("test", "heldout_tools", "heldout_compose")
+SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
+# long_horizon tasks outgrow the context: they run with the model-written summary restart
+SPLIT_HARNESS = {"long_horizon": {"context": "summary"}}
 
 
 def set_key(tree: dict, dotted: str, value: object) -> None:
@@ -51,8 +54,11 @@ def set_key(tree: dict, dotted: str, value: object) -> None:
     tree[leaf] = value
 
 
-def run_params(base: dict, run_dir: Path, overrides: dict[str, object]) -> Path:
-    """A params.yaml for one run: outputs under ``run_dir``, models/sft linked in."""
+def run_params(
+    base: dict, run_dir: Path, overrides: dict[str, object], link: tuple[str, str] = ("sft", "sft")
+) -> Path:
+    """A params.yaml for one run: outputs under ``run_dir``, models/<link[0]> linked to the
+    workspace's models/<link[1]>."""
     tree = json.loads(json.dumps(base))
     for key, value in overrides.items():
         set_key(tree, key, value)
@@ -60,9 +66,9 @@ def run_params(base: dict, run_dir: Path, overrides: dict[str, object]) -> Path:
         set_key(tree, f"base.paths.{name}", str(run_dir / name))
     set_key(tree, "base.paths.data", str(Path(tree["base"]["paths"]["data"]).resolve()))
     (run_dir / "models").mkdir(parents=True, exist_ok=True)
-    link = run_dir / "models" / "sft"
-    if not link.exists():
-        link.symlink_to(Path(base["base"]["paths"]["models"]).resolve() / "sft")
+    target = run_dir / "models" / link[0]
+    if not target.exists():
+        target.symlink_to(Path(base["base"]["paths"]["models"]).resolve() / link[1])
     path = run_dir / "params.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
     load_params(path)  # fail here, naming the key, rather than inside the stage
@@ -77,7 +83,8 @@ def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int
     out = {}
     for split in splits:
         records = list(iter_records(Path(params.base.paths.data) / "synth", split, n))
-        harness = Harness(HFEngine(model, tokenizer), tokenizer, fmt, registry, params.harness)
+        harness_cfg = params.harness.model_copy(update=SPLIT_HARNESS.get(split, {}))
+        harness = Harness(HFEngine(model, tokenizer), tokenizer, fmt, registry, harness_cfg)
         episodes = harness.run(records, samples=1, seed=params.base.seed)
         harness.close()
         figures = summarize(episodes)
@@ -101,6 +108,12 @@ def main() -> None:
     parser.add_argument("--splits", default=",".join(SPLITS))
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every arm")
     parser.add_argument("--out", type=Path, default=Path("runs/rl_study"))
+    parser.add_argument(
+        "--midtrain-ablation",
+        action="store_true",
+        help="also run sft straight from models/base (no midtrain) and evaluate it: what "
+        "mid-training buys (the MidTool claim)",
+    )
     args = parser.parse_args()
     base = yaml.safe_load(Path(args.params).read_text())
     common = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -121,7 +134,18 @@ def main() -> None:
         }
         print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
         save()
-    for arm in args.arms.split(","):
+    if args.midtrain_ablation and "sft_from_base" not in results:
+        run_dir = (args.out / "sft_from_base").resolve()
+        path = run_params(base, run_dir, common, link=("midtrain", "base"))
+        env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir}/mlflow.db"}
+        subprocess.run(
+            [sys.executable, "stages/sft.py", "--params", str(path)], env=env, check=True
+        )
+        results["sft_from_base"] = {
+            "eval": evaluate(run_dir / "models/sft", path, splits, args.eval_n)
+        }
+        save()
+    for arm in [a for a in args.arms.split(",") if a != "none"]:
         for seed in seeds:
             name = f"{arm}-s{seed}"
             if name in results:

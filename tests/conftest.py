@@ -75,7 +75,10 @@ def small_params(**synth_overrides: Any) -> dict[str, Any]:
     }
 
 
+# The fast tests run the smoke profile's model (tiny, from config), shrunk further.
+SMOKE = yaml.safe_load((ROOT / "infra" / "profiles" / "smoke.yaml").read_text())
 TINY_MODEL = {
+    "source": SMOKE["model"]["source"],
     "format": "hermes",  # dvc.yaml reads model.format from params.yaml, so it must be written out
     "vocab_size": 512,
     "tokenizer_samples": 200,

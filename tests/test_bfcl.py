@@ -12,9 +12,9 @@ import pytest
 
 from agentrl.bfcl.bench import as_tools, json_schema
 from agentrl.bfcl.checker import check, check_call, standardise
-from agentrl.bfcl.fetch import extract, fetch, load
-from agentrl.config import BFCLSection
-from agentrl.errors import StageError
+from agentrl.bfcl.fetch import fetch, load
+from agentrl.config import BFCLSection, ConfigError
+from agentrl.pinned import check_wheel
 
 CATEGORIES = ("simple", "multiple", "parallel")
 
@@ -201,6 +201,5 @@ def test_schemas_become_json_schema_tools() -> None:
 def test_a_wheel_with_another_digest_is_refused(bfcl: Path, tmp_path: Path) -> None:
     wheel = tmp_path / "bfcl_eval-0-py3-none-any.whl"
     wheel.write_bytes(b"not the pinned wheel")
-    with pytest.raises(StageError, match="sha256"):
-        extract(wheel, BFCLSection(), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"eval.bfcl.sha256: 3bb6.* is not the digest of"):
+        check_wheel(wheel, BFCLSection().sha256, "eval.bfcl.sha256")

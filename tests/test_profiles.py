@@ -11,7 +11,7 @@ from conftest import ROOT
 from agentrl.config import ConfigError, load_params
 from agentrl.profiles import apply_profile, merge
 
-PROFILES = sorted((ROOT / "infra" / "profiles").glob("*.yaml"))
+PROFILES = sorted((ROOT / "infra" / "profiles").glob("qwen*.yaml"))  # the GPU profiles
 
 
 def test_merge_is_key_by_key_for_mappings_and_replaces_the_rest() -> None:
@@ -39,3 +39,13 @@ def test_a_bad_profile_names_the_key_and_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"bad.yaml over .*params.yaml: rl.zero_stage"):
         apply_profile(profile, ROOT / "params.yaml", out)
     assert not out.exists() and list(tmp_path.iterdir()) == [profile]
+
+
+def test_the_smoke_profile_turns_the_default_into_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "params.yaml"
+    apply_profile(ROOT / "infra" / "profiles" / "smoke.yaml", ROOT / "params.yaml", out)
+    smoke, default = load_params(out), load_params(ROOT / "params.yaml")
+    assert default.model.source.startswith("pypi:") and smoke.model.source == "tiny"
+    assert smoke.sft.lora.r == smoke.rl.lora.r == 0  # the tiny model trains in full
+    assert smoke.synth.splits["midtrain"].copy_items > default.synth.splits["midtrain"].copy_items
+    assert smoke.synth.splits["test"] == default.synth.splits["test"]  # the same eval worlds

@@ -29,7 +29,6 @@ from agentrl.rl.batch import (
     collate,
     shared_token_logprobs,
     to_sequences,
-    token_logprobs,
 )
 from agentrl.rl.trainer import RLTrainer
 
@@ -147,20 +146,31 @@ def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(
             sequences.append(TrainSequence(ids, mask, [0.0] * len(ids), [1.0] * len(ids)))
     mask = collate(sequences, tokenizer.pad_token_id)["mask"]
 
-    def run(shared: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    def full_logits(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The plain reference: every position's full-vocabulary logits at once."""
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        logp_all = torch.log_softmax(logits.logits[:, :-1].float(), -1)
+        taken = logp_all.gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+        entropy = -(logp_all.exp() * logp_all).sum(-1).detach()
+        zero = torch.zeros_like(taken[:, :1])
+        return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)
+
+    def run(shared: bool, chunk: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         model.zero_grad()
         if shared:
-            logp, entropy = shared_token_logprobs(model, sequences, tokenizer.pad_token_id)
+            logp, entropy = shared_token_logprobs(model, sequences, tokenizer.pad_token_id, chunk)
         else:
-            logp, entropy = token_logprobs(model, collate(sequences, tokenizer.pad_token_id))
+            logp, entropy = full_logits(collate(sequences, tokenizer.pad_token_id))
         (logp * mask).sum().backward()
         return logp * mask, entropy * mask, [p.grad.clone() for p in model.parameters()]
 
-    plain, shared = run(False), run(True)
-    torch.testing.assert_close(shared[0], plain[0], atol=2e-5, rtol=0)
-    torch.testing.assert_close(shared[1], plain[1], atol=2e-5, rtol=0)
-    for a, b in zip(shared[2], plain[2], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    plain = run(False, 0)
+    for chunk in (3, 4096):  # several checkpointed chunks, and one
+        shared = run(True, chunk)
+        torch.testing.assert_close(shared[0], plain[0], atol=2e-5, rtol=0)
+        torch.testing.assert_close(shared[1], plain[1], atol=2e-5, rtol=0)
+        for a, b in zip(shared[2], plain[2], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
 @pytest.fixture(scope="module")

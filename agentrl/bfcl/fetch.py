@@ -10,17 +10,14 @@ which DVC caches, so the network is needed once per pin.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from agentrl.atomic import atomic_dir
 from agentrl.config import BFCLSection
 from agentrl.errors import StageError
+from agentrl.pinned import pinned_wheel
 
 # BFCL v4 file stems of the non-live Python AST categories
 FILES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel"}
@@ -33,15 +30,10 @@ def _wheel_member(names: list[str], suffix: str) -> str:
     return found[0]
 
 
-def extract(wheel: Path, cfg: BFCLSection, out: Path) -> dict[str, int]:
-    """Write the categories' files from ``wheel`` into ``out`` (atomically); counts."""
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != cfg.sha256:
-        raise StageError(
-            f"{wheel.name}: sha256 {digest} differs from eval.bfcl.sha256 {cfg.sha256}"
-        )
+def extract(archive: zipfile.ZipFile, cfg: BFCLSection, out: Path) -> dict[str, int]:
+    """Write the categories' files from the wheel ``archive`` into ``out`` (atomically)."""
     counts = {}
-    with zipfile.ZipFile(wheel) as archive, atomic_dir(out) as tmp:
+    with atomic_dir(out) as tmp:
         names = archive.namelist()
         for category in cfg.categories:
             stem = FILES[category]
@@ -55,25 +47,16 @@ def extract(wheel: Path, cfg: BFCLSection, out: Path) -> dict[str, int]:
                     "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
                 )
                 counts[category] = len(rows)
-        source = {"package": cfg.package, "wheel": wheel.name, "sha256": digest}
-        (tmp / "source.json").write_text(json.dumps(source | {"questions": counts}, indent=2))
+        source = {"package": cfg.package, "wheel": Path(str(archive.filename)).name}
+        source |= {"sha256": cfg.sha256, "questions": counts}
+        (tmp / "source.json").write_text(json.dumps(source, indent=2))
     return counts
 
 
 def fetch(cfg: BFCLSection, out: Path) -> dict[str, int]:
     """Download the pinned wheel (no dependencies) and extract its data into ``out``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-        command += ["--disable-pip-version-check", "-d", tmp, cfg.package]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise StageError(
-                f"pip download {cfg.package} failed (eval.bfcl.package): {done.stderr[-500:]}"
-            )
-        wheels = list(Path(tmp).glob("*.whl"))
-        if len(wheels) != 1:
-            raise StageError(f"pip download {cfg.package}: expected one wheel, got {wheels}")
-        return extract(wheels[0], cfg, out)
+    with pinned_wheel(cfg.package, cfg.sha256, "eval.bfcl.sha256") as archive:
+        return extract(archive, cfg, out)
 
 
 def load(data: Path, category: str) -> list[tuple[dict, dict]]:

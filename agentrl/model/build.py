@@ -1,5 +1,6 @@
-"""Models: a tiny Qwen2/Llama causal LM from config, real HF models for GPU profiles, and
-loading a saved model directory with errors that say what is wrong."""
+"""Models: a tiny Qwen2/Llama causal LM from config (the smoke profile), and loading a
+saved model directory with errors that say what is wrong. Pretrained sources are in
+``agentrl.model.source``."""
 
 from __future__ import annotations
 
@@ -43,18 +44,6 @@ def build_tiny(cfg: ModelSection, tokenizer: Any, seed: int) -> PreTrainedModel:
     config = Qwen2Config(**common) if cfg.arch == "qwen2" else LlamaConfig(**common)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-
-
-def load_hf(source: str, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
-    """A real model by HF id or path (GPU profiles), with our chat template and tokens added."""
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
-    missing = check_tokenizer(tokenizer, fmt)
-    if missing:
-        tokenizer.add_tokens(missing)
-        model.resize_token_embeddings(len(tokenizer))
-    tokenizer.chat_template = fmt.template
-    return model, tokenizer
 
 
 def load_tokenizer_dir(path: Path, fmt: ChatFormat) -> Any:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentrl.harness.records import Episode
+from agentrl.model.logprobs import decoder_hidden, head_logprobs, sequence_logprobs
 
 
 @dataclass
@@ -66,17 +67,6 @@ def collate(batch: list[TrainSequence], pad_id: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _taken_and_entropy(
-    logits: torch.Tensor, targets: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each target under ``logits`` (batch, tokens, vocab) and the entropy."""
-    logp_all = torch.log_softmax(logits, dim=-1)
-    taken = logp_all.gather(-1, targets[..., None])[..., 0]
-    with torch.no_grad():  # a figure, never a loss term: no graph over the full vocabulary
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return taken, entropy
-
-
 def shared_prefix_len(seq: TrainSequence) -> int:
     """Length of the prompt a group's sequences share: every token before the one that
     predicts the first sampled token (that one must be in the suffix, where logits are)."""
@@ -89,7 +79,7 @@ def prefix_key(seq: TrainSequence) -> tuple[int, ...]:
 
 
 def shared_token_logprobs(
-    model: object, micro: list[TrainSequence], pad_id: int
+    model: object, micro: list[TrainSequence], pad_id: int, chunk: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``token_logprobs`` of ``collate(micro)``, with each distinct prompt run once.
 
@@ -107,16 +97,17 @@ def shared_token_logprobs(
     groups: dict[tuple[int, ...], int] = {}
     row_group = [groups.setdefault(prefix_key(s), len(groups)) for s in micro]
     if len(groups) == len(micro) or not all(cut):
-        return token_logprobs(model, collate(micro, pad_id))
+        batch = collate(micro, pad_id)
+        return sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], chunk)
     prefix_ids, prefix_mask = left_pad([list(k) for k in groups], pad_id)
     cache = DynamicCache()
-    model(  # type: ignore[operator]
+    decoder_hidden(
+        model,
         input_ids=prefix_ids,
         attention_mask=prefix_mask,
         position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0),
         cache=cache,
         use_cache=True,
-        logits_to_keep=1,
     )
     index = torch.tensor(row_group)
     expanded = DynamicCache()
@@ -127,18 +118,15 @@ def shared_token_logprobs(
     suffix_ids = torch.tensor([x + [pad_id] * (length - len(x)) for x in suffixes])
     suffix_mask = torch.tensor([[1] * len(x) + [0] * (length - len(x)) for x in suffixes])
     attention = torch.cat([prefix_mask[index], suffix_mask], 1)
-    logits = (
-        model(  # type: ignore[operator]
-            input_ids=suffix_ids,
-            attention_mask=attention,
-            position_ids=(attention.cumsum(-1) - 1).clamp(min=0)[:, prefix_ids.shape[1] :],
-            cache=expanded,
-            use_cache=True,
-        )
-        .logits[:, :-1]
-        .float()
+    hidden = decoder_hidden(
+        model,
+        input_ids=suffix_ids,
+        attention_mask=attention,
+        position_ids=(attention.cumsum(-1) - 1).clamp(min=0)[:, prefix_ids.shape[1] :],
+        cache=expanded,
+        use_cache=True,
     )
-    taken, entropy = _taken_and_entropy(logits, suffix_ids[:, 1:])
+    taken, entropy = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk)
     width = max(len(s.ids) for s in micro)
 
     def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns
@@ -151,19 +139,3 @@ def shared_token_logprobs(
         return torch.stack(rows)
 
     return place(taken), place(entropy)
-
-
-def token_logprobs(
-    model: object, batch: dict[str, torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of each token under ``model`` (position 0 gets 0) and per-token entropy."""
-    logits = (
-        model(  # type: ignore[operator]
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        )
-        .logits[:, :-1]
-        .float()
-    )
-    taken, entropy = _taken_and_entropy(logits, batch["input_ids"][:, 1:])
-    zero = torch.zeros_like(taken[:, :1])
-    return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)

@@ -18,6 +18,7 @@ from agentrl.dataset import iter_records, split_dir
 from agentrl.envs.registry import Registry
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
+from agentrl.model.lora import merged
 from agentrl.rl.trainer import RLTrainer
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.run import write_plot
@@ -85,7 +86,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
         }
         run.log_dict(metrics, "rl_summary.json")
         with atomic_dir(Path(paths.models) / "rl") as tmp:
-            trainer.engine.module.save_pretrained(tmp)
+            merged(trainer.engine.module).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             run.write_run_file(tmp)
         write_json_atomic(Path(paths.metrics) / "rl.json", metrics)

@@ -25,6 +25,8 @@ from agentrl.config import HarnessSection, RLSection
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
+from agentrl.model.logprobs import causal_lm
+from agentrl.model.lora import apply_lora, format_token_ids, trainable
 from agentrl.rl.advantages import Rollout, advantages
 from agentrl.rl.batch import (
     TrainSequence,
@@ -86,7 +88,8 @@ class RLTrainer:
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
         self.pad_id = tokenizer.pad_token_id
         self.accum = max(1, cfg.mini_batch // cfg.micro_batch_size)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        model = apply_lora(model, cfg.lora, "rl.lora", format_token_ids(tokenizer, fmt))
+        optimizer = torch.optim.AdamW(trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
         config = ds_config(
             cfg.micro_batch_size, self.accum, cfg.grad_clip, cfg.zero_stage, self.world
         )
@@ -94,7 +97,7 @@ class RLTrainer:
             model=model, optimizer=optimizer, config=config
         )
         # the rollout engine holds the very module DeepSpeed updates: no weight copy
-        self.rollout_engine = HFEngine(self.engine.module, tokenizer)
+        self.rollout_engine = HFEngine(causal_lm(self.engine.module), tokenizer)
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
         self.loss_cfg = LossConfig(
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
@@ -159,7 +162,9 @@ class RLTrainer:
         out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         for start in range(0, len(order), self.cfg.micro_batch_size):
             rows = order[start : start + self.cfg.micro_batch_size]
-            logp, _ = shared_token_logprobs(model, [sequences[i] for i in rows], self.pad_id)
+            logp, _ = shared_token_logprobs(
+                model, [sequences[i] for i in rows], self.pad_id, self.cfg.logprob_chunk
+            )
             for k, i in enumerate(rows):
                 out[i] = logp[k, : len(sequences[i].ids)]
         return out
@@ -228,7 +233,9 @@ class RLTrainer:
             rows = [getattr(s, name) for s in micro]
             return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
 
-        logp, entropy = shared_token_logprobs(self.engine, micro, self.pad_id)
+        logp, entropy = shared_token_logprobs(
+            self.engine, micro, self.pad_id, self.cfg.logprob_chunk
+        )
         for i, seq in enumerate(micro):
             if seq.old_logp is None:  # first mini-batch: still the rollout weights
                 seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
@@ -249,8 +256,11 @@ class RLTrainer:
         on_log: Callable[[int, dict[str, float]], None],
     ) -> tuple[int, list[dict[str, float]], int]:
         """Run to ``cfg.steps``; (steps, history, step resumed from)."""
+        from tqdm import tqdm
+
         start, history = self._resume(ckpt)
         ckpt.mkdir(parents=True, exist_ok=True)
+        bar = tqdm(total=self.cfg.steps, initial=start, desc="rl", disable=self.rank != 0)
         for step in range(start, self.cfg.steps):
             tick = time.perf_counter()
             data = self.collect(records, step)
@@ -263,9 +273,17 @@ class RLTrainer:
             metrics = rollout_figures(data, rollout_s) | figures | {"time_sync_s": sync_s}
             history.append({"step": step + 1, **metrics})
             on_log(step + 1, metrics)
+            bar.update(1)
+            bar.set_postfix(
+                reward=f"{metrics['reward_mean']:.3f}",
+                grounded=f"{metrics['grounded_success']:.3f}",
+                groups=int(metrics["groups"]),
+                s=f"{metrics['time_rollout_s'] + metrics.get('time_update_s', 0):.0f}",
+            )
             done = step + 1
             if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
                 self._checkpoint(ckpt, done, history)
+        bar.close()
         return self.cfg.steps, history, start
 
     def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from agentrl.config import TrainSection
+from agentrl.model.logprobs import decoder_hidden, head_logprobs
 from agentrl.train import checkpoint
 from agentrl.train.data import Row, collate
 
@@ -88,22 +88,20 @@ def cosine_with_warmup(cfg: TrainSection) -> Callable[[int], float]:
     return factor
 
 
-def lm_loss(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """Mean next-token loss over target tokens, and their count."""
-    logits = model(
+def lm_loss(model: Any, batch: dict[str, torch.Tensor], chunk: int) -> tuple[torch.Tensor, int]:
+    """Mean next-token loss over target tokens, and their count (log-probs ``chunk``
+    positions at a time: no full-vocabulary logits for the whole row)."""
+    hidden = decoder_hidden(
+        model,
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
         position_ids=batch["position_ids"],
-    ).logits
-    labels = batch["labels"][:, 1:]
-    count = int((labels != -100).sum())
-    loss = F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)).float(),
-        labels.reshape(-1),
-        ignore_index=-100,
-        reduction="sum",
     )
-    return loss / max(1, count), count
+    labels = batch["labels"][:, 1:]
+    taken, _ = head_logprobs(model, hidden[:, :-1], labels, chunk)
+    target = labels != -100
+    count = int(target.sum())
+    return -(taken * target).sum() / max(1, count), count
 
 
 @dataclass
@@ -125,15 +123,15 @@ class Trainer:
         self.fingerprint = fingerprint
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+        weights = [p for p in model.parameters() if p.requires_grad]  # LoRA: adapters only
+        decay = [p for p in weights if p.ndim >= 2]
+        no_decay = [p for p in weights if p.ndim < 2]
+        groups = [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": cfg.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=cfg.lr,
-            betas=cfg.betas,
+            [g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_with_warmup(cfg))
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -169,7 +167,7 @@ class Trainer:
                 batch = collate(
                     rows[start : start + self.cfg.micro_batch_size], self.cfg.context, self.pad_id
                 )
-                loss, n = lm_loss(self.engine, batch)
+                loss, n = lm_loss(self.engine, batch, self.cfg.logprob_chunk)
                 total, count = total + float(loss) * n, count + n
         self.engine.train()
         return total / max(1, count)
@@ -216,7 +214,7 @@ class Trainer:
             norm = None
             for micro in range(cfg.grad_accum):
                 batch = self.micro_batch(rows, step * cfg.grad_accum + micro)
-                loss, _ = lm_loss(self.engine, batch)
+                loss, _ = lm_loss(self.engine, batch, cfg.logprob_chunk)
                 self.engine.backward(loss)
                 if micro == cfg.grad_accum - 1 and cfg.zero_stage == 0:
                     # ZeRO-0 keeps no global norm; read it before DeepSpeed clips and steps

@@ -21,6 +21,7 @@ from agentrl.config import ConfigError, Params, digest
 from agentrl.dataset import iter_records, split_dir
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
+from agentrl.model.lora import apply_lora, format_token_ids, merged
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.data import build_examples, is_heldout, pack
 from agentrl.train.loop import Trainer
@@ -99,6 +100,9 @@ def train_stage(
     # under a launcher only rank 0 tracks and writes
     rank = int(os.environ.get("RANK", "0"))
     tracked = stage_run(stage, params.tracking, sections, {"model": source, "data": data})
+    model = apply_lora(
+        model, cfg.lora, f"{params_file}: {stage}.lora", format_token_ids(tokenizer, fmt)
+    )
     with tracked if rank == 0 else nullcontext() as run:
         trainer = Trainer(cfg, model, tokenizer.pad_token_id, params.base.seed, fingerprint)
         if stats.dropped_overlong or stats.truncated:
@@ -129,7 +133,7 @@ def train_stage(
                 "rows": len(rows),
                 "data": asdict(stats),
             }
-            model = trainer.unwrapped()
+            model = merged(trainer.unwrapped())
             if after is not None:
                 metrics |= after(model, tokenizer, run)
             run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)})

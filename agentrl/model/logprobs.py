@@ -1,0 +1,79 @@
+"""Token log-probs of a causal LM without full-vocabulary logits for every position.
+
+A 49k vocabulary makes the logits the largest tensor of a training step: 8 sequences of
+600 tokens are 0.9 GB in float32, and log-softmax, its backward and the entropy each
+hold as much again (the rl stage reached 10 GB resident on SmolLM2-135M, DESIGN.md). Here
+the decoder runs once to its last hidden states; the head, log-softmax, gather and
+entropy then run over ``chunk`` positions at a time under activation checkpointing, so
+only the hidden states are kept for backward and each chunk's logits are rebuilt there
+(the idea of TRL's selective log-softmax and Liger's fused linear cross-entropy, in plain
+PyTorch). Stated simplification: the head is a plain linear map (Llama, Qwen2; no logit
+soft-capping or scaling, which Gemma-style heads would need).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def causal_lm(model: Any) -> Any:
+    """The transformers CausalLM inside a DeepSpeed engine and/or a peft wrapper."""
+    model = getattr(model, "module", model)  # DeepSpeed engine
+    get_base = getattr(model, "get_base_model", None)  # peft
+    return get_base() if callable(get_base) else model
+
+
+def _chunk(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = F.linear(hidden, weight, bias).float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    taken = logp_all.gather(-1, targets[..., None])[..., 0]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return taken, entropy
+
+
+def head_logprobs(
+    model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of ``targets`` (batch, tokens) given ``hidden`` (batch, tokens, width), and
+    the entropy there (a figure: detached), computed ``chunk`` positions at a time."""
+    head = causal_lm(model).get_output_embeddings()
+    targets = targets.clamp(min=0)  # ignored positions (-100) are masked by the caller
+    taken, entropy = [], []
+    for start in range(0, hidden.shape[1], chunk):
+        part = (hidden[:, start : start + chunk], head.weight, head.bias)
+        part += (targets[:, start : start + chunk],)
+        if torch.is_grad_enabled():
+            logp, ent = checkpoint(_chunk, *part, use_reentrant=False)
+        else:
+            logp, ent = _chunk(*part)
+        taken.append(logp)
+        entropy.append(ent.detach())
+    return torch.cat(taken, 1), torch.cat(entropy, 1)
+
+
+def decoder_hidden(model: Any, **inputs: Any) -> torch.Tensor:
+    """Last hidden states of the decoder (no head) for the usual forward ``inputs``."""
+    return causal_lm(model).get_decoder()(**inputs).last_hidden_state
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    chunk: int,
+    position_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of every token given the ones before (column t is token t; column 0 is 0)
+    and the entropy of the distribution it was drawn from."""
+    hidden = decoder_hidden(
+        model, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    )
+    taken, entropy = head_logprobs(model, hidden[:, :-1], input_ids[:, 1:], chunk)
+    zero = torch.zeros_like(taken[:, :1])
+    return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)
