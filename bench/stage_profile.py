@@ -12,6 +12,7 @@ themselves write.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import time
 
@@ -23,10 +24,8 @@ ORDER = ("synth", "init", "bfcl", "midtrain", "sft", "rl", "eval", "report")
 def tree_rss(proc: psutil.Process) -> int:
     total = 0
     for p in [proc, *proc.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
-        except psutil.Error:
-            pass
     return total
 
 
