@@ -21,7 +21,7 @@ from agentrl.chat.formats import IM_END
 from agentrl.config import ConfigError, LoraSection, ModelSection
 from agentrl.model.build import build_tiny
 from agentrl.model.format_tokens import add_format_tokens
-from agentrl.model.lora import apply_lora, merged
+from agentrl.model.lora import apply_lora, format_token_ids, merged
 from agentrl.model.source import dequantize_gguf, load_pinned_package
 from agentrl.model.tokenizer import check_tokenizer, train_tokenizer
 
@@ -102,14 +102,16 @@ def test_lora_merges_into_a_plain_model_with_the_same_outputs() -> None:
     tokenizer = train_tokenizer(["a tool call 12"] * 30, get_format("hermes"), 300)
     model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
     base = {k: v.clone() for k, v in model.state_dict().items()}
-    peft_model = apply_lora(model, LoraSection(r=4, targets=["q_proj", "down_proj"]), "sft.lora")
+    tokens = format_token_ids(tokenizer, get_format("hermes"))
+    lora = LoraSection(r=4, targets=["q_proj", "down_proj"])
+    peft_model = apply_lora(model, lora, "sft.lora", tokens)
     trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n for n in trainable)
+    assert trainable and all("lora_" in n or "trainable_tokens" in n for n in trainable)
     with torch.no_grad():  # a trained adapter: B is zero at init
         for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
+            if "lora_B" in name or "trainable_tokens" in name:
                 p.normal_(0, 0.5)
-    ids = torch.tensor([[5, 9, 30, 2, 17]])
+    ids = torch.tensor([[5, 9, 30, tokens[-1], 17]])  # a format token's trained row too
     with torch.no_grad():
         adapted = peft_model(input_ids=ids).logits
         plain = merged(peft_model)
@@ -117,7 +119,12 @@ def test_lora_merges_into_a_plain_model_with_the_same_outputs() -> None:
         assert not any("lora" in k for k in plain.state_dict())
         torch.testing.assert_close(plain(input_ids=ids).logits, adapted, atol=1e-5, rtol=1e-5)
     changed = [k for k, v in plain.state_dict().items() if not torch.equal(v, base[k])]
-    assert changed and all(k.endswith(("q_proj.weight", "down_proj.weight")) for k in changed)
+    assert changed and all(
+        k.endswith(("q_proj.weight", "down_proj.weight", "embed_tokens.weight", "lm_head.weight"))
+        for k in changed
+    )
+    rows = (plain.get_input_embeddings().weight - base["model.embed_tokens.weight"]).abs().sum(1)
+    assert rows.nonzero().flatten().tolist() == sorted(tokens)  # only the format tokens' rows
 
 
 def test_a_lora_target_matching_no_module_names_the_key() -> None:

@@ -7,8 +7,8 @@ the decoder runs once to its last hidden states; the head, log-softmax, gather a
 entropy then run over ``chunk`` positions at a time under activation checkpointing, so
 only the hidden states are kept for backward and each chunk's logits are rebuilt there
 (the idea of TRL's selective log-softmax and Liger's fused linear cross-entropy, in plain
-PyTorch). Stated simplification: the head is a plain linear map (Llama, Qwen2; no logit
-soft-capping or scaling, which Gemma-style heads would need).
+PyTorch). Stated simplification: the head's output is taken as the logits (Llama, Qwen2;
+no logit soft-capping or scaling, which Gemma-style models apply after the head).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
@@ -28,9 +27,9 @@ def causal_lm(model: Any) -> Any:
 
 
 def _chunk(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = F.linear(hidden, weight, bias).float()
+    logits = head(hidden).float()
     logp_all = torch.log_softmax(logits, dim=-1)
     taken = logp_all.gather(-1, targets[..., None])[..., 0]
     entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -46,8 +45,8 @@ def head_logprobs(
     targets = targets.clamp(min=0)  # ignored positions (-100) are masked by the caller
     taken, entropy = [], []
     for start in range(0, hidden.shape[1], chunk):
-        part = (hidden[:, start : start + chunk], head.weight, head.bias)
-        part += (targets[:, start : start + chunk],)
+        # the head module itself, not its weight: peft's trainable tokens wrap it
+        part = (head, hidden[:, start : start + chunk], targets[:, start : start + chunk])
         if torch.is_grad_enabled():
             logp, ent = checkpoint(_chunk, *part, use_reentrant=False)
         else:
