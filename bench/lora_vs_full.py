@@ -5,7 +5,7 @@ the same start, with everything else as params.yaml says.
     python bench/lora_vs_full.py --arms lora16 --set sft.max_steps=40 --out runs/lora
 
 Each arm is a real ``stages/sft.py`` run in its own directory under --out (models/midtrain
-linked to --start, default models/base, so midtrain is not needed). Prints, per arm: wall
+linked to models/<--start>, default base: midtrain is not needed). Prints, per arm: wall
 time, training tok/s, final loss and eval loss, and the greedy first-turn check (validity
 and exact first call) on eval/test and eval/heldout_tools; writes <out>/lora_vs_full.json.
 """
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import yaml
+from rl_study import run_params  # run directories as the learning study makes them
 
 ARMS = {
     "full": {"sft.lora.r": 0},
@@ -28,18 +29,11 @@ ARMS = {
 }
 
 
-def set_key(tree: dict, dotted: str, value: object) -> None:
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        tree = tree.setdefault(key, {})
-    tree[leaf] = value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--arms", default="full,lora16")
-    parser.add_argument("--start", type=Path, default=Path("models/base"))
+    parser.add_argument("--start", default="base", help="the model under models/ sft starts from")
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every arm")
     parser.add_argument("--out", type=Path, default=Path("runs/lora_vs_full"))
     args = parser.parse_args()
@@ -47,23 +41,13 @@ def main() -> None:
     results = {}
     for arm in args.arms.split(","):
         run_dir = (args.out / arm).resolve()
-        tree = json.loads(json.dumps(base))
         overrides = ARMS[arm] | {
             k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)
         }
-        for key, value in overrides.items():
-            set_key(tree, key, value)
-        for name in ("models", "checkpoints", "metrics", "plots", "reports"):
-            set_key(tree, f"base.paths.{name}", str(run_dir / name))
-        set_key(tree, "base.paths.data", str(Path(tree["base"]["paths"]["data"]).resolve()))
-        (run_dir / "models").mkdir(parents=True, exist_ok=True)
-        link = run_dir / "models" / "midtrain"
-        if not link.exists():
-            link.symlink_to(args.start.resolve())
-        (run_dir / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
+        params = run_params(base, run_dir, overrides, link=("midtrain", args.start))
         env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir}/mlflow.db"}
         started = time.perf_counter()
-        command = [sys.executable, "stages/sft.py", "--params", str(run_dir / "params.yaml")]
+        command = [sys.executable, "stages/sft.py", "--params", str(params)]
         subprocess.run(command, env=env, check=True)
         metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
         results[arm] = {
