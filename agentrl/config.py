@@ -234,8 +234,9 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 class LoraSection(Strict):
     """Low-rank adapters (LoRA, Hu et al. 2021, through peft) instead of full fine-tuning:
     only the adapters train, saved models are merged, so plain transformers and vLLM load
-    them. On SmolLM2-135M here r=16 on every linear layer trained 1.7x faster than full
-    fine-tuning (DESIGN.md)."""
+    them. On SmolLM2-135M here r=16, with the format tokens' rows trainable, ran 1.1x
+    faster per token than full fine-tuning and learned less (issue 14,
+    bench/lora_vs_full.py), so the default is r=0."""
 
     r: int = Field(0, ge=0, description="Adapter rank; 0 = full fine-tune (no adapters).")
     alpha: float = Field(32.0, gt=0, description="Scale: the update is (alpha / r) B A.")
@@ -412,8 +413,8 @@ class RLSection(Strict):
         2,
         ge=1,
         description=(
-            "Sequences per forward/backward: activations scale with it (on the default, 8 "
-            "sequences held 14 GB resident, 2 hold 4.4 GB at the same tokens/s)."
+            "Sequences per forward/backward: activations scale with it (on the default, a "
+            "one-step run held 14 GB resident at 8 sequences, 4.4 GB at 2, at no loss of tokens/s)."
         ),
     )
     lr: float = Field(1e-4, gt=0)
