@@ -2,10 +2,14 @@
 
 The URI comes from ``tracking.uri``, else ``$MLFLOW_TRACKING_URI``, else
 ``sqlite:///mlflow.db`` at the repository root. The server is checked before any work is
-done. Lineage: every stage writes ``run.json`` (its run id) into its output directory; a
-stage that consumes such a directory tags the upstream run id and logs the input as an
-MLflow dataset with its content digest. ``AGENTRL_PIPELINE_RUN_ID`` nests stage runs
-under a pipeline run (the Prefect flow sets it); per-run ids never enter params.yaml.
+done. Lineage lives in MLflow only, so that DVC-tracked outputs stay a function of their
+inputs (bitwise across runs): a producing stage tags its run ``lineage.<digest>`` for the
+content digest of every output it writes (:meth:`StageRun.record_output`); a consuming
+stage digests each input, finds the newest finished run carrying that tag, tags it as
+``upstream.<name>`` and logs the input as an MLflow dataset with its digest.
+Wall-clock figures (seconds, tokens per second, where a run resumed from) go to MLflow
+and never into DVC outputs (:func:`without_wall_clock`). ``AGENTRL_PIPELINE_RUN_ID`` nests
+stage runs under a pipeline run (the Prefect flow sets it); run ids never enter params.yaml.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.atomic import write_json_atomic
 from agentrl.config import TrackingSection, digest
 
 PARENT_ENV = "AGENTRL_PIPELINE_RUN_ID"
-RUN_FILE = "run.json"
+LINEAGE_TAG = "lineage."
+# figures that depend on the machine, its load or the run's history, not on the inputs
+WALL_CLOCK_SUFFIXES = ("_s", "_seconds", "seconds", "per_second")
+WALL_CLOCK_KEYS = frozenset({"resumed_from"})
 
 
 class TrackingUnavailable(RuntimeError):
@@ -88,19 +94,37 @@ def git_state() -> tuple[str, bool]:
 
 
 def content_digest(path: Path) -> str:
-    """SHA-256 over relative paths and bytes of every file under ``path`` (run.json excluded)."""
+    """SHA-256 over relative paths and bytes of every file under ``path``."""
     h = hashlib.sha256()
-    files = (
-        [path]
-        if path.is_file()
-        else sorted(p for p in path.rglob("*") if p.is_file() and p.name != RUN_FILE)
-    )
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     for file in files:
         h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         with file.open("rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def is_wall_clock(key: str) -> bool:
+    """Whether a metric name is a wall-clock figure.
+
+    >>> [is_wall_clock(k) for k in ("tokens_per_s", "train_s", "resumed_from", "loss")]
+    [True, True, True, False]
+    """
+    return key in WALL_CLOCK_KEYS or key.endswith(WALL_CLOCK_SUFFIXES)
+
+
+def without_wall_clock(data: Any) -> Any:
+    """``data`` with every wall-clock key dropped at any depth: what a DVC output may hold.
+
+    >>> without_wall_clock({"loss": 0.5, "time": {"update_s": 3.0}, "rows": [{"step_s": 1}]})
+    {'loss': 0.5, 'time': {}, 'rows': [{}]}
+    """
+    if isinstance(data, dict):
+        return {k: without_wall_clock(v) for k, v in data.items() if not is_wall_clock(str(k))}
+    if isinstance(data, list):
+        return [without_wall_clock(v) for v in data]
+    return data
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -136,11 +160,28 @@ class StageRun:
 
         mlflow.log_artifact(str(path), artifact_path)
 
-    def write_run_file(self, out_dir: Path) -> None:
-        write_json_atomic(
-            out_dir / RUN_FILE,
-            {"run_id": self.run_id, "stage": self.stage, "tracking_uri": self.uri},
-        )
+    def record_output(self, path: Path) -> str:
+        """Tag this run as the producer of ``path``'s content; return its digest."""
+        import mlflow
+
+        found = content_digest(path)[:32]
+        mlflow.set_tag(f"{LINEAGE_TAG}{found}", self.stage)
+        return found
+
+
+def producer_run(digest32: str) -> str | None:
+    """The newest finished run, in any experiment, that recorded an output with this content
+    digest (equal content is the same output, whoever made it)."""
+    import mlflow
+
+    runs = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string=f"tags.`{LINEAGE_TAG}{digest32}` != '' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+        output_format="list",
+    )
+    return runs[0].info.run_id if runs else None
 
 
 @contextmanager
@@ -154,7 +195,8 @@ def stage_run(
 
     ``params`` are the stage's params sections (logged flattened, digested into a tag);
     ``inputs`` maps a name to an upstream output (directory or file): each is logged as a
-    dataset input with its digest, and its ``run.json`` run id is tagged as ``upstream.<name>``.
+    dataset input with its digest, and the run that produced that content is tagged as
+    ``upstream.<name>``.
     """
     uri = tracking_uri(cfg)
     check_reachable(uri)
@@ -177,11 +219,12 @@ def stage_run(
         tags["mlflow.parentRunId"] = os.environ[PARENT_ENV]
     datasets = []
     for name, path in (inputs or {}).items():
-        run_file = (path if path.is_dir() else path.parent) / RUN_FILE
-        if run_file.is_file():
-            tags[f"upstream.{name}"] = json.loads(run_file.read_text())["run_id"]
+        found = content_digest(path)[:32]
+        upstream = producer_run(found)
+        if upstream is not None:
+            tags[f"upstream.{name}"] = upstream
         source = LocalArtifactDatasetSource(str(path.resolve()))
-        datasets.append(MetaDataset(source=source, name=name, digest=content_digest(path)[:32]))
+        datasets.append(MetaDataset(source=source, name=name, digest=found))
     with mlflow.start_run(run_name=stage, tags=tags) as run:
         mlflow.log_params(flatten(params))
         for dataset in datasets:

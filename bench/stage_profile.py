@@ -32,7 +32,9 @@ def tree_rss(proc: psutil.Process) -> int:
 
 def profile(stage: str) -> tuple[float, float, int]:
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--single-item", "--force", stage])
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dvc", "repro", "--single-item", "--force", stage]
+    )
     proc, peak = psutil.Process(child.pid), 0
     while child.poll() is None:
         peak = max(peak, tree_rss(proc))

@@ -54,7 +54,7 @@ def main() -> None:
         with atomic_dir(out) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            run.write_run_file(tmp)
+            run.record_output(tmp)
         print(
             f"init: {cfg.source} model, {n_params:,} parameters, vocabulary {len(tokenizer)} -> {out}"
         )

@@ -4,7 +4,7 @@
     python stages/synth.py --params other.yaml
 
 Reads params `base`, `tracking`, `synth`; writes `data/synth/` (tools.json, midtrain/,
-sft/, rl/, eval/{test,heldout_tools,heldout_compose,long_horizon}/, run.json) and
+sft/, rl/, eval/{test,heldout_tools,heldout_compose,long_horizon}/) and
 `metrics/synth.json`. Simplification: one tool call per assistant turn (no parallel calls).
 """
 
@@ -41,7 +41,7 @@ def main() -> None:
         run.log_metrics(metrics["flat"])
         run.log_dict(metrics["splits"], "synth_stats.json")
         write_samples(run, tmp, params.tracking.log_samples)
-        run.write_run_file(tmp)
+        run.record_output(tmp)
         write_json_atomic(metrics_file, metrics["dvc"])
 
 

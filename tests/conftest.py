@@ -300,6 +300,16 @@ def dvc_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+def producer(uri: str, output: Path) -> str | None:
+    """The MLflow run that wrote ``output``'s current content (its ``lineage.`` tag)."""
+    import mlflow
+
+    from agentrl.tracking import content_digest, producer_run
+
+    mlflow.set_tracking_uri(uri)
+    return producer_run(content_digest(output)[:32])
+
+
 def python_tool() -> tuple[Any, Any, str, str]:
     """The python family's code tool bound to a fresh sample: (tools, box, tool name,
     name of its code argument). Close ``box`` when done; it opens the configured sandbox."""

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import producer, write_params
 from conftest import repo_ok as _ok
 from conftest import repo_run as _run
-from conftest import write_params
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl.tracking import content_digest
@@ -26,13 +26,14 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
     out = _ok(repo, "dvc", "repro")
     for name in ("synth", "init", "midtrain", "sft", "rl"):
         assert f"Running stage '{name}'" in out
-    run_file = repo / "data" / "synth" / "run.json"
-    first = json.loads(run_file.read_text())["run_id"]
+    store = f"sqlite:///{repo / 'mlflow.db'}"
+    first = producer(store, repo / "data" / "synth")
     assert (repo / "mlflow.db").is_file()  # default store: sqlite at the repository root
     model = AutoModelForCausalLM.from_pretrained(repo / "models" / "sft")
     tokenizer = AutoTokenizer.from_pretrained(repo / "models" / "sft")
     assert model.config.vocab_size == len(tokenizer)
-    sft = json.loads((repo / "models" / "sft" / "run.json").read_text())["run_id"]
+    sft = producer(store, repo / "models" / "sft")
+    assert first and sft and not list(repo.glob("**/run.json"))  # lineage lives in MLflow only
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["synth"]["params"]["params.yaml"]["synth"]["splits"]["test"]["n"] == 30
     shown = _ok(repo, "dvc", "metrics", "show")
@@ -40,7 +41,7 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
 
     again = _ok(repo, "dvc", "repro")
     assert "Running stage" not in again
-    assert json.loads(run_file.read_text())["run_id"] == first
+    assert producer(store, repo / "data" / "synth") == first
     assert "up to date" in _ok(repo, "dvc", "status")
 
     params = yaml.safe_load((repo / "params.yaml").read_text())
@@ -56,8 +57,8 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
         and "Running stage 'init'" not in out
         and "Running stage 'sft'" not in out
     )
-    assert json.loads(run_file.read_text())["run_id"] != first
-    assert json.loads((repo / "models" / "sft" / "run.json").read_text())["run_id"] == sft
+    assert producer(store, repo / "data" / "synth") != first
+    assert producer(store, repo / "models" / "sft") == sft
     assert (
         json.loads((repo / "metrics" / "synth.json").read_text())["splits"]["heldout_compose"][
             "samples"
@@ -146,9 +147,10 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
     for heading in ("## Learning curves", "## Evaluation", "## Context strategies", "## BFCL",
                     "## Lineage"):  # fmt: skip
         assert heading in report
-    eval_run = json.loads((repo / "reports" / "trajectories" / "run.json").read_text())["run_id"]
-    rl_run = json.loads((repo / "models" / "rl" / "run.json").read_text())["run_id"]
-    assert eval_run in report and rl_run in report
+    store = f"sqlite:///{repo / 'mlflow.db'}"
+    eval_run = producer(store, repo / "reports" / "trajectories")
+    rl_digest = content_digest(repo / "models" / "rl")[:32]
+    assert rl_digest in report and "run id" not in report  # lineage by content, ids in MLflow
     for png in ("learning_curves", "eval_success", "horizon"):
         assert (repo / "reports" / "figures" / f"{png}.png").read_bytes()[
             :8
@@ -167,8 +169,13 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
     spans = [[s.span_type for s in trace.data.spans] for trace in traces]
     assert all(kinds[0] == "AGENT" for kinds in spans)
     assert any("LLM" in kinds for kinds in spans)  # a task too long for 512 tokens has no turn
-    reports = mlflow.search_runs(search_all_experiments=True, filter_string="tags.stage = 'report'")
+    reports = mlflow.search_runs(
+        search_all_experiments=True, filter_string="tags.stage = 'report'", output_format="list"
+    )
     assert len(reports) >= 1
+    logged = mlflow.artifacts.load_dict(f"runs:/{reports[0].info.run_id}/lineage.json")
+    assert logged["eval"]["run_id"] == eval_run and logged["rl"]["digest"] == rl_digest
+    assert reports[0].data.tags["upstream.eval"] == eval_run
 
     _ok(repo, "git", "add", "-A")
     _ok(repo, "git", "commit", "-qm", "with eval")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import free_port, run_stage, small_params, stage_env, write_params
+from conftest import free_port, producer, run_stage, small_params, stage_env, write_params
 from mlflow.tracking import MlflowClient
 
 from agentrl.config import TrackingSection
@@ -31,7 +31,8 @@ def synth_run(
     )
     result = run_stage(work, "--params", str(params), env=env)
     assert result.returncode == 0, result.stderr
-    run_id = json.loads((work / "data" / "synth" / "run.json").read_text())["run_id"]
+    run_id = producer(mlflow_server, work / "data" / "synth")
+    assert run_id is not None and not (work / "data" / "synth" / "run.json").exists()
     return work, run_id, parent
 
 
@@ -65,13 +66,23 @@ def test_consumer_tags_upstream_run_and_logs_dataset_digest(mlflow_server: str, 
     work, synth_id, _ = synth_run
     data = work / "data" / "synth"
     cfg = TrackingSection(experiment="agentrl-tests", uri=mlflow_server)
+    out = work / "consumer"
+    out.mkdir()
+    (out / "result.txt").write_text(f"made from {content_digest(data)}")
     with stage_run("consumer", cfg, {"x": 1}, inputs={"synth": data}) as run:
-        run.write_run_file(work / "consumer")
+        recorded = run.record_output(out)
     logged = MlflowClient(mlflow_server).get_run(run.run_id)
     assert logged.data.tags["upstream.synth"] == synth_id
+    assert logged.data.tags[f"lineage.{recorded}"] == "consumer"
     datasets = {d.dataset.name: d.dataset for d in logged.inputs.dataset_inputs}
     assert datasets["synth"].digest == content_digest(data)[:32]
-    assert json.loads((work / "consumer" / "run.json").read_text())["run_id"] == run.run_id
+    assert producer(mlflow_server, out) == run.run_id
+    with stage_run("downstream", cfg, {}, inputs={"consumer": out}) as down:
+        pass
+    assert (
+        MlflowClient(mlflow_server).get_run(down.run_id).data.tags["upstream.consumer"]
+        == run.run_id
+    )
 
 
 def test_failed_stage_body_marks_the_run_failed(mlflow_server: str) -> None:

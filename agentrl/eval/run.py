@@ -7,7 +7,7 @@ Writes, each atomically:
   under the headline variant (a bar per cell);
 - ``plots/eval_horizon.tsv``: the last checkpoint's grounded success on long_horizon per
   task horizon, a column per context strategy;
-- ``reports/trajectories/``: sample episodes and BFCL answers as JSONL, and ``run.json``.
+- ``reports/trajectories/``: sample episodes and BFCL answers as JSONL.
 
 MLflow gets one run with every metric (flattened), the table of cells, the trajectories,
 and the sample episodes of the headline variant as traces.
@@ -28,7 +28,7 @@ from agentrl.errors import StageError
 from agentrl.eval.suite import Cell, nest, run_cells, variant_context
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
-from agentrl.tracking import flatten, stage_run
+from agentrl.tracking import flatten, stage_run, without_wall_clock
 from agentrl.train.run import write_plot
 
 CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
@@ -124,13 +124,13 @@ def eval_stage(params: Params) -> dict[str, Any]:
             metrics["bfcl"] = bfcl
         with atomic_dir(Path(paths.reports) / "trajectories") as out:
             write_trajectories(out, cells, bfcl_answers)
-            run.write_run_file(out)
+            run.record_output(out)
             run.log_artifact(out, "trajectories")
         write_plot(Path(paths.plots) / "eval_success.tsv", success_rows(cells, headline),
                    ("cell", "checkpoint", "split", "grounded_success", "low", "high"))  # fmt: skip
         write_plot(Path(paths.plots) / "eval_horizon.tsv", horizon_rows(cells, params),
                    ("horizon", *CONTEXT_STRATEGIES))  # fmt: skip
-        write_json_atomic(Path(paths.metrics) / "eval.json", metrics)
+        write_json_atomic(Path(paths.metrics) / "eval.json", without_wall_clock(metrics))
         run.log_metrics(_numeric(flatten(metrics)))
         run.log_dict(metrics, "eval.json")
         _log_table(cells)

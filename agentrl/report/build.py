@@ -1,6 +1,8 @@
 """reports/report.md: learning curves, the eval table with intervals, the context-strategy
-comparison, BFCL, and lineage (commit, params digest, MLflow run ids), as markdown that
-reads on a git host, with PNGs beside it in reports/figures/."""
+comparison, BFCL, and lineage (params digest, content digest of every stage output), as
+markdown that reads on a git host, with PNGs beside it in reports/figures/. It holds
+nothing but figures of its inputs, so equal inputs give an equal report; commits and
+MLflow run ids are in MLflow (the report run's ``lineage.json``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 from agentrl.config import EVAL_SPLITS, Params, digest
 from agentrl.eval.suite import variant_context
 from agentrl.report.figures import eval_bars, horizon_lines, learning_curves, read_tsv
-from agentrl.tracking import RUN_FILE
+from agentrl.tracking import content_digest
 
 LINEAGE = (("synth", "data/synth"), ("init", "models/base"), ("midtrain", "models/midtrain"),
            ("sft", "models/sft"), ("rl", "models/rl"), ("eval", "reports/trajectories"))  # fmt: skip
@@ -59,17 +61,24 @@ def eval_table(cells: list[dict[str, Any]], pass_k: list[int]) -> list[str]:
     return _table(header, rows)
 
 
-def lineage(params: Params, commit: str, dirty: bool) -> list[str]:
-    rows = []
+def lineage(params: Params) -> dict[str, dict[str, str]]:
+    """Each stage's output path and content digest (the key of its MLflow ``lineage.`` tag)."""
+    out = {}
     for stage, rel in LINEAGE:
         path = _resolve(params, rel)
-        run_file = path / RUN_FILE
-        run_id = json.loads(run_file.read_text())["run_id"] if run_file.is_file() else "–"
-        rows.append([stage, f"`{path}`", f"`{run_id}`"])
+        out[stage] = {
+            "path": str(path),
+            "digest": content_digest(path)[:32] if path.exists() else "",
+        }
+    return out
+
+
+def _lineage_lines(params: Params, stages: dict[str, dict[str, str]]) -> list[str]:
+    rows = [[stage, f"`{s['path']}`", f"`{s['digest'] or '–'}`"] for stage, s in stages.items()]
     params_digest = digest(params.model_dump(mode="json"))
-    head = [f"- git commit: `{commit}`" + (" (with uncommitted changes)" if dirty else ""),
-            f"- params digest: `{params_digest}` (sha256 prefix of the validated params.yaml)", ""]  # fmt: skip
-    return head + _table(["stage", "output", "MLflow run id"], rows)
+    head = [f"- params digest: `{params_digest}` (sha256 prefix of the validated params.yaml)",
+            "- the MLflow run that wrote an output carries the tag `lineage.<content digest>`", ""]  # fmt: skip
+    return head + _table(["stage", "output", "content digest"], rows)
 
 
 def _resolve(params: Params, rel: str) -> Path:
@@ -77,7 +86,7 @@ def _resolve(params: Params, rel: str) -> Path:
     return Path(getattr(params.base.paths, top)) / rest
 
 
-def build_report(params: Params, commit: str, dirty: bool, figures: Path) -> str:
+def build_report(params: Params, stages: dict[str, dict[str, str]], figures: Path) -> str:
     """Draw the PNGs into ``figures`` and return the markdown, which links them as
     ``figures/<name>.png`` (the directory beside report.md)."""
     paths = params.base.paths
@@ -117,7 +126,7 @@ def build_report(params: Params, commit: str, dirty: bool, figures: Path) -> str
     lines += _strategies(cells, params)
     if "bfcl" in metrics:
         lines += ["", "## BFCL (non-live AST categories)", "", *_bfcl(metrics["bfcl"], params)]
-    lines += ["", "## Lineage", "", *lineage(params, commit, dirty)]
+    lines += ["", "## Lineage", "", *_lineage_lines(params, stages)]
     lines += ["", "Compare two runs: `dvc metrics diff <rev>` and `dvc plots diff <rev>`; "
               "`dvc exp show` lists experiments side by side.", ""]  # fmt: skip
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """The rl stage: models/sft -> RL on data/synth/rl -> models/rl.
 
-Rank 0 writes every output atomically: the model and tokenizer, ``run.json``,
-``metrics/rl.json`` (the last step's figures, means over the run, resume point) and
-``plots/rl.tsv`` (every step, resumed runs included).
+Rank 0 writes every output atomically: the model and tokenizer,
+``metrics/rl.json`` (the last step's figures, means over the run) and ``plots/rl.tsv``
+(every step, resumed runs included); wall-clock figures and the resume point go to
+MLflow only.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
 from agentrl.rl.trainer import RLTrainer
-from agentrl.tracking import content_digest, stage_run
+from agentrl.tracking import content_digest, stage_run, without_wall_clock
 from agentrl.train.run import write_plot
 
 PLOT_COLUMNS = (
@@ -65,6 +66,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             lambda step, m: run.log_metrics(m, step=step),
         )
         trainer.harness.close()
+        print(f"rl: {steps} steps, resumed from step {resumed}")
         last = history[-1]
         metrics = {
             "steps": steps,
@@ -88,7 +90,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
         with atomic_dir(Path(paths.models) / "rl") as tmp:
             merged(trainer.engine.module).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            run.write_run_file(tmp)
-        write_json_atomic(Path(paths.metrics) / "rl.json", metrics)
+            run.record_output(tmp)
+        write_json_atomic(Path(paths.metrics) / "rl.json", without_wall_clock(metrics))
         write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
     return metrics

@@ -1,8 +1,8 @@
 """A complete LM training stage (midtrain or sft): data -> DeepSpeed loop -> saved model.
 
 Rank 0 writes every output atomically: the model and tokenizer with save_pretrained,
-``run.json``, ``metrics/<stage>.json`` and ``plots/<stage>.tsv`` (the whole history,
-resumed runs included).
+``metrics/<stage>.json`` and ``plots/<stage>.tsv`` (the whole history, resumed runs
+included), all without wall-clock figures, which go to MLflow only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agentrl.dataset import iter_records, split_dir
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import apply_lora, format_token_ids, merged
-from agentrl.tracking import content_digest, stage_run
+from agentrl.tracking import content_digest, is_wall_clock, stage_run, without_wall_clock
 from agentrl.train.data import build_examples, is_heldout, pack
 from agentrl.train.loop import Trainer
 
@@ -41,7 +41,9 @@ PLOT_COLUMNS = (
 def write_plot(
     path: Path, history: list[dict[str, float]], columns: tuple[str, ...] = PLOT_COLUMNS
 ) -> None:
-    """A DVC plot file: one tab-separated row per logged step, written atomically."""
+    """A DVC plot file: one tab-separated row per logged step, written atomically, without
+    wall-clock columns (they are in MLflow), so equal inputs give equal bytes."""
+    columns = tuple(c for c in columns if not is_wall_clock(c))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, columns, delimiter="\t", extrasaction="ignore", restval="")
     writer.writeheader()
@@ -117,6 +119,7 @@ def train_stage(
         )
         metrics: dict[str, Any] = {}
         if trainer.rank == 0:
+            print(f"{stage}: {result.step} steps, resumed from step {result.resumed_from}")
             last = result.history[-1]
             metrics = {
                 "steps": result.step,
@@ -129,7 +132,7 @@ def train_stage(
                 "padding_share": round(
                     sum(h["padding_share"] for h in result.history) / len(result.history), 4
                 ),
-                "train_seconds": round(result.seconds, 1),
+                "train_s": round(result.seconds, 1),
                 "rows": len(rows),
                 "data": asdict(stats),
             }
@@ -141,7 +144,7 @@ def train_stage(
             with atomic_dir(out) as tmp:
                 model.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
-                run.write_run_file(tmp)
-            write_json_atomic(Path(paths.metrics) / f"{stage}.json", metrics)
+                run.record_output(tmp)
+            write_json_atomic(Path(paths.metrics) / f"{stage}.json", without_wall_clock(metrics))
             write_plot(Path(paths.plots) / f"{stage}.tsv", result.history)
         return metrics
