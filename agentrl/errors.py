@@ -2,4 +2,9 @@
 
 
 class StageError(RuntimeError):
-    """A stage could not produce its outputs for a reason the user can act on."""
+    """A stage could not produce its outputs for a reason the user can act on (exit 1)."""
+
+
+class ModelError(StageError):
+    """A model directory that is missing, corrupt, or does not fit the chat format: the
+    same every time, so it exits 2 like bad params."""

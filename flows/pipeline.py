@@ -6,7 +6,10 @@
     python -m flows.pipeline serve --cron "0 3 * * *"         # on a schedule (Prefect server)
 
 Each stage task runs `dvc repro --single-item <stage>` (so DVC's cache decides what
-actually reruns) with retries, streaming the stage's output into the Prefect logs. With
+actually reruns), streaming the stage's output into the Prefect logs. A failed stage is
+retried only when a retry can fix it (:func:`retry_can_fix`): exit 3 (the tracking server
+was unreachable) or death by a signal (OOM killer, preemption); bad params (2) and a stage
+error (1) fail the same way every time, so they fail the flow at once. With
 parameter overrides the whole run is one `dvc exp run` task instead: an experiment is
 DVC's unit of a changed-params run. The flow opens a parent MLflow run, passes its id to
 the stages as `AGENTRL_PIPELINE_RUN_ID` (their runs nest under it), ends it FAILED if a
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +32,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from agentrl.config import load_params
+from agentrl.stage import EXIT_NO_TRACKING
 from agentrl.tracking import PARENT_ENV, flatten, stage_run
 
 HEADLINE = ("loss", "eval_loss", "reward_mean", "grounded_success", "tool_call_validity",
@@ -57,26 +62,65 @@ def metrics_now() -> dict[str, float]:
     return out
 
 
+# how DVC reports a stage command's own exit status ("-9": killed by SIGKILL)
+STAGE_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
+
+
+class StageFailed(RuntimeError):
+    """A DVC command failed; ``code`` is the failing stage's own exit status when DVC
+    reported one (negative: killed by that signal), else DVC's."""
+
+    def __init__(self, command: list[str], code: int):
+        super().__init__(f"{' '.join(command)} failed: stage exit status {code}")
+        self.code = code
+
+
+def stage_code(output: str, returncode: int) -> int:
+    """The failing stage's exit status from DVC's output, else ``returncode``.
+
+    >>> stage_code("ERROR: failed to reproduce 'rl': failed to run: python x.py, exited with -9", 255)
+    -9
+    >>> stage_code("ERROR: unexpected error", 255)
+    255
+    """
+    found = STAGE_EXIT.findall(output)
+    return int(found[-1]) if found else returncode
+
+
+def retry_can_fix(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn``: retry a stage only for exit 3 (tracking unreachable)
+    or death by a signal, the failures a second attempt can get past."""
+    try:
+        state.result()
+    except StageFailed as err:
+        return err.code == EXIT_NO_TRACKING or err.code < 0 or err.code > 128
+    except Exception:
+        return False
+    return False
+
+
 def _stream(command: list[str], env: dict[str, str]) -> None:
     logger = get_run_logger()
     logger.info("$ %s", " ".join(command))
+    output: list[str] = []
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.strip():
+                output.append(line)
                 logger.info(line.rstrip())
     if proc.returncode:
-        raise RuntimeError(f"{' '.join(command)} exited with {proc.returncode}")
+        raise StageFailed(command, stage_code("".join(output), proc.returncode))
 
 
-@task(task_run_name="dvc repro {stage}")
+@task(task_run_name="dvc repro {stage}", retry_condition_fn=retry_can_fix)
 def repro_stage(stage: str, env: dict[str, str]) -> None:
     _stream(["dvc", "repro", "--single-item", stage], env)
 
 
-@task(task_run_name="dvc exp run")
+@task(task_run_name="dvc exp run", retry_condition_fn=retry_can_fix)
 def exp_run(overrides: list[str], name: str | None, env: dict[str, str]) -> None:
     command = ["dvc", "exp", "run", *(["-n", name] if name else [])]
     for override in overrides:

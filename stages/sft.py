@@ -17,7 +17,7 @@ from typing import Any
 from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
-from agentrl.envs.registry import Registry
+from agentrl.envs.registry import load_registry
 from agentrl.eval.first_turn import first_turn_check
 from agentrl.stage import run_stage
 from agentrl.train.run import train_stage
@@ -30,9 +30,9 @@ def main() -> None:
     params = load_params(args.params)
     check = params.sft.format_check
     synth = Path(params.base.paths.data) / "synth"
+    registry = load_registry(params.synth, params.file)  # a bad plugin fails before training
 
     def format_check(model: Any, tokenizer: Any, run: Any) -> dict[str, Any]:
-        registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
         out: dict[str, Any] = {}
         for split in ("test", "heldout_tools"):
             records = list(iter_records(synth, split, check.samples))

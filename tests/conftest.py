@@ -97,6 +97,7 @@ TRAIN = {
     "eval_every": 10,
     "checkpoint_every": 10,
     "warmup_steps": 2,
+    "lr": 0.003,  # the tiny model's rate (smoke profile), not the 135M default's
     "threads": 1,
 }
 
@@ -122,11 +123,13 @@ def project_params(**train) -> dict:
         "tasks_per_step": 2,
         "group_size": 2,
         "max_resample": 0,
+        "lr": 1.0e-4,  # the smoke profile's
         "mini_batch": 4,
         "micro_batch_size": 2,
         "threads": 1,
     }
     params["eval"] = {
+        "checkpoints": ["midtrain", "sft", "rl"],
         "tasks": 2,
         "samples": 2,
         "seed": 0,  # present: `dvc exp run -S eval.seed=1` overrides it

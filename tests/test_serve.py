@@ -195,7 +195,7 @@ def test_rollout_cli_through_the_server_and_serve_errors(served: dict, tmp_path:
         capture_output=True,
         text=True,
     )
-    assert down.returncode == 1 and "cannot reach the server" in down.stdout
+    assert down.returncode == 1 and "cannot reach the server" in down.stderr
     missing = subprocess.run(
         [
             *command[:3],
@@ -208,4 +208,5 @@ def test_rollout_cli_through_the_server_and_serve_errors(served: dict, tmp_path:
         capture_output=True,
         text=True,
     )
-    assert missing.returncode == 1 and "model directory not found" in missing.stdout
+    assert missing.returncode == 2 and "model directory not found" in missing.stderr
+    assert "Traceback" not in missing.stderr

@@ -7,10 +7,10 @@ vocabulary), the held-out name partition, and rebuilding a :class:`ToolSet` from
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
+from agentrl.config import ConfigError, SynthSection, import_plugin
 from agentrl.envs.base import Environment, ToolBox
 from agentrl.envs.families.calculator import CalculatorEnv
 from agentrl.envs.families.compose import ComposeEnv
@@ -32,18 +32,24 @@ BUILTIN: tuple[type[Environment], ...] = (
 )
 
 
+def load_registry(synth: SynthSection, params_file: str = "params.yaml") -> Registry:
+    """The registry of ``synth.envs``: a plugin that does not load is a ConfigError naming
+    the file and key (every entry point reports it as one line, exit 2)."""
+    try:
+        return Registry(synth.envs, synth.heldout_tool_share)
+    except PluginError as err:
+        raise ConfigError(f"{params_file}: synth.envs: {err}") from err
+
+
 class PluginError(ValueError):
     """A plugin path that cannot be imported or is not an Environment."""
 
 
 def load_plugin(path: str) -> type[Environment]:
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise PluginError(f"'{path}' is not a 'module:Class' path")
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise PluginError(f"cannot import '{path}': {err}") from err
+        cls = import_plugin(path)
+    except ValueError as err:
+        raise PluginError(str(err)) from err
     if not (isinstance(cls, type) and issubclass(cls, Environment)):
         raise PluginError(f"'{path}' is not a subclass of agentrl.envs.base.Environment")
     return cls

@@ -23,7 +23,7 @@ from agentrl.atomic import atomic_dir, write_json_atomic
 from agentrl.bfcl.bench import load_questions, run_bfcl
 from agentrl.chat import get_format
 from agentrl.config import Params
-from agentrl.envs.registry import Registry
+from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
 from agentrl.eval.suite import Cell, nest, run_cells, variant_context
 from agentrl.eval.traces import log_episode_trace
@@ -86,7 +86,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     bfcl_dir = Path(paths.data) / "bfcl"
     if cfg.bfcl.categories and not (bfcl_dir / "source.json").is_file():
         raise StageError(f"{bfcl_dir}: no BFCL data (eval.bfcl.categories); run the bfcl stage")
-    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    registry = load_registry(params.synth, params.file)
     sections = {
         "eval": params.section_dict("eval"),
         "harness": params.section_dict("harness"),

@@ -18,12 +18,8 @@ from transformers import (
 
 from agentrl.chat.formats import ChatFormat
 from agentrl.config import ModelSection
-from agentrl.errors import StageError
+from agentrl.errors import ModelError
 from agentrl.model.tokenizer import check_tokenizer
-
-
-class ModelError(StageError):
-    """A model directory that is missing, corrupt, or does not fit the chat format."""
 
 
 def build_tiny(cfg: ModelSection, tokenizer: Any, seed: int) -> PreTrainedModel:

@@ -16,7 +16,7 @@ from agentrl.atomic import atomic_dir, write_json_atomic
 from agentrl.chat import get_format
 from agentrl.config import Params, digest
 from agentrl.dataset import iter_records, split_dir
-from agentrl.envs.registry import Registry
+from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
@@ -48,7 +48,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
         "model.format": params.model.format,
     }
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
-    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    registry = load_registry(params.synth, params.file)
     with stage_run("rl", params.tracking, sections, {"model": source, "data": data}) as run:
         trainer = RLTrainer(
             cfg,

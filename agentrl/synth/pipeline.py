@@ -22,7 +22,7 @@ from rich.progress import Progress
 
 from agentrl.config import SPLITS, ConfigError, SplitSection, SynthSection
 from agentrl.dataset import split_dir
-from agentrl.envs.registry import PluginError, Registry
+from agentrl.envs.registry import Registry, load_registry
 from agentrl.errors import StageError
 from agentrl.synth.sampler import Outcome, Sampler, eligible_families
 from agentrl.synth.teacher import TeacherError
@@ -74,10 +74,7 @@ def encode(outcome: Outcome) -> Encoded:
 
 def build_registry(cfg: SynthSection, params_file: str = "params.yaml") -> Registry:
     """The registry for ``cfg``; bad plugin paths or families become ConfigErrors."""
-    try:
-        registry = Registry(cfg.envs, cfg.heldout_tool_share)
-    except (PluginError, ValueError) as err:
-        raise ConfigError(f"{params_file}: synth.envs: {err}") from err
+    registry = load_registry(cfg, params_file)
     for split, scfg in cfg.splits.items():
         for family in scfg.families or []:
             if family not in registry.envs:
