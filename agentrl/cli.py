@@ -132,7 +132,7 @@ def rollout(
         option = str(problem["loc"][0]).replace("engine_", "")
         raise ConfigError(f"--{option}: {problem['input']!r} is not valid") from err
     fmt = get_format(cfg.model.format)
-    registry = load_registry(cfg.synth, str(path))
+    registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, str(path))
     records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
     policy_engine, tokenizer = build_engine(harness_cfg, model, fmt)
     torch.manual_seed(cfg.base.seed)

@@ -551,6 +551,12 @@ class EvalVariant(Strict):
         None, ge=1, description="Episodes per task; None: eval.samples. Greedy needs one."
     )
 
+    def applied_to(self, base: HarnessSection) -> HarnessSection:
+        """The harness this variant runs: ``base`` with its overrides, validated."""
+        return HarnessSection.model_validate_json(
+            base.model_copy(update=self.harness).model_dump_json()
+        )
+
 
 class BFCLSection(Strict):
     """The external benchmark: Berkeley Function Calling Leaderboard, non-live AST categories."""
@@ -617,6 +623,10 @@ class EvalSection(Strict):
         4, ge=0, description="Episodes per checkpoint x split saved and sent as MLflow traces."
     )
     bfcl: BFCLSection = BFCLSection()
+
+    def variant(self, name: str) -> EvalVariant:
+        """The variant called ``name``."""
+        return next(v for v in self.variants if v.name == name)
 
     @model_validator(mode="after")
     def _consistent(self) -> EvalSection:

@@ -76,6 +76,69 @@ def _prompt_ids(prompt: Any, tokenizer: Any) -> list[list[int]]:
     return batch
 
 
+def _check_request(
+    req: CompletionRequest, name: str, stop_id: int, tokenizer: Any, context_limit: int
+) -> list[list[int]]:
+    """The request's prompts as token ids (``n`` copies each), or a 4xx naming the field."""
+    if req.stream:
+        raise HTTPException(400, "stream: streaming is not supported")
+    if req.model not in (None, name):
+        raise HTTPException(404, f"model: '{req.model}' is not served (serving '{name}')")
+    if set(req.stop_token_ids or []) - {stop_id}:
+        raise HTTPException(400, f"stop_token_ids: only the end-of-turn id {stop_id} is supported")
+    prompts = [ids for ids in _prompt_ids(req.prompt, tokenizer) for _ in range(req.n)]
+    longest = max(map(len, prompts))
+    if longest + req.max_tokens > context_limit:
+        raise HTTPException(
+            400,
+            f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the "
+            f"context limit {context_limit}",
+        )
+    return prompts
+
+
+def _choice(
+    req: CompletionRequest,
+    index: int,
+    gen: Any,
+    prompt: list[int],
+    stop: tuple[str, ...],
+    stop_id: int,
+    tokenizer: Any,
+) -> dict[str, Any]:
+    """One OpenAI completion choice for generation ``gen`` (text, finish reason, log-probs
+    and token ids as the request asks)."""
+    shown = [i for i in gen.ids if not (req.skip_special_tokens and i == stop_id)]
+    text = tokenizer.decode(shown, skip_special_tokens=req.skip_special_tokens)
+    hit = [text.index(s) for s in stop if s in text]
+    if hit and not req.include_stop_str_in_output:
+        text = text[: min(hit)]
+    # a row ends early only on the end-of-turn id or a stop string
+    finished = len(gen.ids) < req.max_tokens or gen.stopped
+    choice: dict[str, Any] = {
+        "index": index,
+        "text": text,
+        "finish_reason": "stop" if finished else "length",
+        "logprobs": None,
+    }
+    if req.logprobs is not None:
+        tokens = (
+            [f"token_id:{i}" for i in gen.ids]
+            if req.return_tokens_as_token_ids
+            else [tokenizer.decode([i]) for i in gen.ids]
+        )
+        choice["logprobs"] = {
+            "tokens": tokens,
+            "token_logprobs": gen.logprobs,
+            "top_logprobs": [{t: lp} for t, lp in zip(tokens, gen.logprobs, strict=True)],
+            "text_offset": [],
+        }
+    if req.return_token_ids:
+        choice["token_ids"] = gen.ids
+        choice["prompt_token_ids"] = prompt
+    return choice
+
+
 def build_app(engine: HFEngine, tokenizer: Any, name: str, context_limit: int) -> FastAPI:
     """The server for ``engine``; ``context_limit`` bounds prompt plus ``max_tokens``."""
     app = FastAPI(title="agentrl serve", version="1")
@@ -97,60 +160,17 @@ def build_app(engine: HFEngine, tokenizer: Any, name: str, context_limit: int) -
 
     @app.post("/v1/completions")
     def completions(req: CompletionRequest) -> dict[str, Any]:
-        if req.stream:
-            raise HTTPException(400, "stream: streaming is not supported")
-        if req.model not in (None, name):
-            raise HTTPException(404, f"model: '{req.model}' is not served (serving '{name}')")
-        if set(req.stop_token_ids or []) - {engine.stop_id}:
-            raise HTTPException(
-                400, f"stop_token_ids: only the end-of-turn id {engine.stop_id} is supported"
-            )
-        prompts = [ids for ids in _prompt_ids(req.prompt, tokenizer) for _ in range(req.n)]
-        longest = max(map(len, prompts))
-        if longest + req.max_tokens > context_limit:
-            raise HTTPException(
-                400,
-                f"prompt ({longest} tokens) + max_tokens ({req.max_tokens}) exceeds the "
-                f"context limit {context_limit}",
-            )
+        prompts = _check_request(req, name, engine.stop_id, tokenizer, context_limit)
         seed = req.seed if req.seed is not None else uuid.uuid4().int % 2**31
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         with lock:
             generations = engine.generate(
                 prompts, Sampling(req.max_tokens, req.temperature, req.top_p, seed, stop)
             )
-        choices = []
-        for index, gen in enumerate(generations):
-            shown = [i for i in gen.ids if not (req.skip_special_tokens and i == engine.stop_id)]
-            text = tokenizer.decode(shown, skip_special_tokens=req.skip_special_tokens)
-            hit = [text.index(s) for s in stop if s in text]
-            if hit and not req.include_stop_str_in_output:
-                text = text[: min(hit)]
-            choice: dict[str, Any] = {
-                "index": index,
-                "text": text,
-                # a row ends early only on the end-of-turn id or a stop string
-                "finish_reason": "stop"
-                if len(gen.ids) < req.max_tokens or gen.stopped
-                else "length",
-                "logprobs": None,
-            }
-            if req.logprobs is not None:
-                tokens = (
-                    [f"token_id:{i}" for i in gen.ids]
-                    if req.return_tokens_as_token_ids
-                    else [tokenizer.decode([i]) for i in gen.ids]
-                )
-                choice["logprobs"] = {
-                    "tokens": tokens,
-                    "token_logprobs": gen.logprobs,
-                    "top_logprobs": [{t: lp} for t, lp in zip(tokens, gen.logprobs, strict=True)],
-                    "text_offset": [],
-                }
-            if req.return_token_ids:
-                choice["token_ids"] = gen.ids
-                choice["prompt_token_ids"] = prompts[index]
-            choices.append(choice)
+        choices = [
+            _choice(req, index, gen, prompts[index], stop, engine.stop_id, tokenizer)
+            for index, gen in enumerate(generations)
+        ]
         completion = sum(len(g.ids) for g in generations)
         prompt_tokens = sum(map(len, prompts))
         return {

@@ -8,7 +8,7 @@ content digest of every output it writes (:meth:`StageRun.record_output`); a con
 stage digests each input, finds the newest finished run carrying that tag, tags it as
 ``upstream.<name>`` and logs the input as an MLflow dataset with its digest.
 Wall-clock figures (seconds, tokens per second, where a run resumed from) go to MLflow
-and never into DVC outputs (:func:`without_wall_clock`). ``AGENTRL_PIPELINE_RUN_ID`` nests
+and never into DVC outputs (agentrl/outputs.py). ``AGENTRL_PIPELINE_RUN_ID`` nests
 stage runs under a pipeline run (the Prefect flow sets it); run ids never enter params.yaml.
 """
 
@@ -28,9 +28,6 @@ from agentrl.config import TrackingSection, digest
 
 PARENT_ENV = "AGENTRL_PIPELINE_RUN_ID"
 LINEAGE_TAG = "lineage."
-# figures that depend on the machine, its load or the run's history, not on the inputs
-WALL_CLOCK_SUFFIXES = ("_s", "_seconds", "seconds", "per_second")
-WALL_CLOCK_KEYS = frozenset({"resumed_from"})
 
 
 class TrackingUnavailable(RuntimeError):
@@ -103,28 +100,6 @@ def content_digest(path: Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
-
-
-def is_wall_clock(key: str) -> bool:
-    """Whether a metric name is a wall-clock figure.
-
-    >>> [is_wall_clock(k) for k in ("tokens_per_s", "train_s", "resumed_from", "loss")]
-    [True, True, True, False]
-    """
-    return key in WALL_CLOCK_KEYS or key.endswith(WALL_CLOCK_SUFFIXES)
-
-
-def without_wall_clock(data: Any) -> Any:
-    """``data`` with every wall-clock key dropped at any depth: what a DVC output may hold.
-
-    >>> without_wall_clock({"loss": 0.5, "time": {"update_s": 3.0}, "rows": [{"step_s": 1}]})
-    {'loss': 0.5, 'time': {}, 'rows': [{}]}
-    """
-    if isinstance(data, dict):
-        return {k: without_wall_clock(v) for k, v in data.items() if not is_wall_clock(str(k))}
-    if isinstance(data, list):
-        return [without_wall_clock(v) for v in data]
-    return data
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -52,13 +52,28 @@ def main() -> None:
         metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
         results[arm] = {
             "wall_s": round(time.perf_counter() - started, 1),
-            "tokens_per_s": metrics["tokens_per_s"],
+            "tokens_per_s": logged_tokens_per_s(env["MLFLOW_TRACKING_URI"]),
             "loss": metrics["loss"],
             "eval_loss": metrics["eval_loss"],
             "format_check": metrics.get("format_check", {}),
         }
         print(arm, json.dumps(results[arm]), flush=True)
     (args.out / "lora_vs_full.json").write_text(json.dumps(results, indent=1))
+
+
+def logged_tokens_per_s(uri: str) -> float:
+    """The sft run's throughput: a wall-clock figure, so in MLflow, not metrics/sft.json."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    (run,) = mlflow.search_runs(
+        search_all_experiments=True,
+        filter_string="tags.stage = 'sft'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+        output_format="list",
+    )
+    return run.data.metrics["tokens_per_s"]
 
 
 if __name__ == "__main__":

@@ -30,11 +30,11 @@ from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import Registry
-from agentrl.eval.stats import over_seeds, wilson
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.metrics import summarize
 from agentrl.model.build import load_model_dir
+from agentrl.stats import over_seeds, wilson
 
 ARMS = {
     "grpo": {"rl.advantage": "grpo", "rl.reward": "verifier"},

@@ -30,7 +30,9 @@ def main() -> None:
     params = load_params(args.params)
     check = params.sft.format_check
     synth = Path(params.base.paths.data) / "synth"
-    registry = load_registry(params.synth, params.file)  # a bad plugin fails before training
+    registry = load_registry(
+        params.synth.envs, params.synth.heldout_tool_share, params.file
+    )  # a bad plugin fails before training
 
     def format_check(model: Any, tokenizer: Any, run: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -313,16 +313,18 @@ def producer(uri: str, output: Path) -> str | None:
     return producer_run(content_digest(output)[:32])
 
 
-def python_tool() -> tuple[Any, Any, str, str]:
+def python_tool(sandbox: Any = None) -> tuple[Any, Any, str, str]:
     """The python family's code tool bound to a fresh sample: (tools, box, tool name,
-    name of its code argument). Close ``box`` when done; it opens the configured sandbox."""
+    name of its code argument). Close ``box`` when done; it opens the sandbox ``sandbox``
+    names (a SandboxSpec; default: subprocess)."""
     from agentrl.config import SplitSection, TeacherSection
     from agentrl.envs.registry import Registry
     from agentrl.synth.sampler import Sampler
+    from agentrl.tools.sandboxes import SandboxSpec
 
     registry = Registry(["agentrl.envs.families.python_exec:PythonEnv"])
     sampler = Sampler(registry, 0, TeacherSection())
     record = sampler.sample("sft", SplitSection(n=1), ["python"], 0).record
-    tools, box = registry.bind(record["env"])
+    tools, box = registry.bind(record["env"], sandbox or SandboxSpec())
     surface = record["env"]["surfaces"]["run_python"]
     return tools, box, surface["name"], surface["args"]["code"]

@@ -139,21 +139,17 @@ def test_endless_programs_are_stopped(image: str, code: str) -> None:
 
 
 def test_model_written_escapes_through_the_python_tool(image: str) -> None:
-    from agentrl.tools import sandbox
+    from agentrl.tools.sandboxes import SandboxSpec
 
-    sandbox.configure("docker", image)
-    try:
-        tools, box, name, arg = python_tool()
-        attempts = {
-            "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)": "Error:",
-            "open('/etc/agentrl_owned', 'w').write('x')": "Error:",
-            "import os; print(os.getuid())": "65534",
-            "while True: pass": "Error:",
-        }
-        for code, expected in attempts.items():
-            observation = tools.call(name, {arg: code})
-            assert expected in observation.text, (code, observation.text)
-        box.close()
-    finally:
-        sandbox.configure("subprocess", IMAGE)
+    tools, box, name, arg = python_tool(SandboxSpec("docker", image))
+    attempts = {
+        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)": "Error:",
+        "open('/etc/agentrl_owned', 'w').write('x')": "Error:",
+        "import os; print(os.getuid())": "65534",
+        "while True: pass": "Error:",
+    }
+    for code, expected in attempts.items():
+        observation = tools.call(name, {arg: code})
+        assert expected in observation.text, (code, observation.text)
+    box.close()
     assert not Path("/etc/agentrl_owned").exists() and _containers() == []

@@ -42,17 +42,17 @@ def test_score_rates_intervals_pass_at_k_and_call_figures() -> None:
         score([], [1])
 
 
-def test_metrics_nest_by_variant_only_when_several_and_read_back(tmp_path) -> None:
+def test_metrics_always_nest_checkpoint_variant_split_and_read_back(tmp_path) -> None:
     params = load_params(write_params(tmp_path / "params.yaml", project_params()))
     cells = [Cell(c, v, s, {"grounded_success": 0.0}, [])
              for c in ("midtrain", "sft", "rl") for v in ("sampled", "summary")
              for s in (("test",) if v == "sampled" else ("long_horizon",))]  # fmt: skip
-    nested = nest(cells, 2)
+    nested = nest(cells)
     assert set(nested["sft"]) == {"sampled", "summary"}
     assert set(nested["sft"]["summary"]) == {"long_horizon"}
     assert len(cells_of(nested, params)) == len(cells)
-    flat = nest([c for c in cells if c.variant == "sampled"], 1)
-    assert set(flat["rl"]) == {"test"}
+    one = nest([c for c in cells if c.variant == "sampled"])  # one variant: the same shape
+    assert set(one["rl"]) == {"sampled"} and set(one["rl"]["sampled"]) == {"test"}
 
 
 @pytest.mark.parametrize(

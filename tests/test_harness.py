@@ -396,22 +396,18 @@ def test_self_check_asks_once_and_the_second_answer_counts(setup) -> None:
 
 
 def test_docker_sandbox_that_cannot_start_is_a_clear_error_observation() -> None:
-    from agentrl.envs.families.python_exec import PythonTools
-    from agentrl.tools import sandbox
+    from agentrl.envs.families.python_exec import PythonEnv
+    from agentrl.tools.sandboxes import SandboxSpec
 
-    sandbox.configure("docker", "agentrl-sandbox-missing:none")
-    try:
-        box = PythonTools({})
-        tools = ToolSet(
-            box.functions(), {"run_python": Surface.canonical(canonical_schema(box.run_python))}
-        )
-        observation = tools.call("run_python", {"code": "print(1)"})
-        box.close()
-    finally:
-        sandbox.configure("subprocess", "agentrl-sandbox:latest")
+    box = PythonEnv().bind({}, SandboxSpec("docker", "agentrl-sandbox-missing:none"))
+    tools = ToolSet(
+        box.functions(), {"run_python": Surface.canonical(canonical_schema(box.run_python))}
+    )
+    observation = tools.call("run_python", {"code": "print(1)"})
+    box.close()
     assert not observation.ok and "docker" in observation.text
     with pytest.raises(ValueError, match="unknown sandbox 'vm'"):
-        sandbox.configure("vm", "x")
+        SandboxSpec("vm", "x")
 
 
 def test_hf_engine_stops_on_a_stop_string_and_keeps_its_tokens(setup) -> None:

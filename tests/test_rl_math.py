@@ -162,7 +162,7 @@ def test_rewards_grounded_only_penalty_and_the_random_control() -> None:
 
     from agentrl.config import RLSection
     from agentrl.harness.records import Episode, TurnStats
-    from agentrl.rl.trainer import outcome_rewards
+    from agentrl.rl.rewards import outcome_rewards
 
     def episode(reward: float, grounded: bool, errors: int) -> Episode:
         turn = TurnStats(1, 1, {"tool_error": errors} if errors else {}, 0, False)

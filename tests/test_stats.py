@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.eval.stats import over_seeds, wilson
+from agentrl.stats import over_seeds, wilson
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_over_seeds_gives_mean_and_sample_std() -> None:
 def test_pass_at_k_matches_its_definition() -> None:
     from itertools import combinations
 
-    from agentrl.eval.stats import pass_at_k
+    from agentrl.stats import pass_at_k
 
     for n, c in ((5, 0), (5, 1), (5, 2), (4, 4), (6, 3)):
         outcomes = [1] * c + [0] * (n - c)

@@ -18,8 +18,8 @@ from agentrl.bfcl.fetch import load
 from agentrl.chat import ChatFormat, parse
 from agentrl.chat.render import render_ids_batch
 from agentrl.config import BFCLSection
-from agentrl.eval.stats import wilson
 from agentrl.harness.engine import Engine, Sampling
+from agentrl.stats import wilson
 
 JSON_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agentrl.envs.world import World
+from agentrl.tools.sandboxes import DEFAULT_SANDBOX, SandboxSpec
 from agentrl.tools.vocab import ToolVocab
 
 
@@ -45,6 +46,8 @@ class ToolBox:
     """Tools of one family bound to one task's state. ``TOOLS`` names the tool methods."""
 
     TOOLS: ClassVar[tuple[str, ...]] = ()
+    # where code-running tools of this episode run; Environment.bind sets it
+    sandbox_spec: SandboxSpec = DEFAULT_SANDBOX
 
     def __init__(self, state: dict[str, Any]):
         self.state = state
@@ -70,8 +73,10 @@ class Environment(ABC):
     toolbox: ClassVar[type[ToolBox]]
     vocab: ClassVar[dict[str, ToolVocab]] = {}
 
-    def bind(self, state: dict[str, Any]) -> ToolBox:
-        return self.toolbox(state)
+    def bind(self, state: dict[str, Any], sandbox: SandboxSpec = DEFAULT_SANDBOX) -> ToolBox:
+        box = self.toolbox(state)
+        box.sandbox_spec = sandbox
+        return box
 
     @abstractmethod
     def sample(self, rng: random.Random, world: World, difficulty: dict[str, int]) -> TaskSpec:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentrl.config import ConfigError, SynthSection, import_plugin
+from agentrl.config import ConfigError, import_plugin
 from agentrl.envs.base import Environment, ToolBox
 from agentrl.envs.families.calculator import CalculatorEnv
 from agentrl.envs.families.compose import ComposeEnv
@@ -19,6 +19,7 @@ from agentrl.envs.families.doc_search import DocSearchEnv
 from agentrl.envs.families.knowledge_base import KnowledgeBaseEnv
 from agentrl.envs.families.store import StoreEnv
 from agentrl.tools.executor import ToolSet
+from agentrl.tools.sandboxes import DEFAULT_SANDBOX, SandboxSpec
 from agentrl.tools.schema import Surface, canonical_schema
 from agentrl.tools.vocab import ToolVocab, VocabPartition
 
@@ -32,11 +33,13 @@ BUILTIN: tuple[type[Environment], ...] = (
 )
 
 
-def load_registry(synth: SynthSection, params_file: str = "params.yaml") -> Registry:
-    """The registry of ``synth.envs``: a plugin that does not load is a ConfigError naming
-    the file and key (every entry point reports it as one line, exit 2)."""
+def load_registry(
+    envs: list[str], heldout_share: float, params_file: str = "params.yaml"
+) -> Registry:
+    """The registry of ``synth.envs`` plugins: a plugin that does not load is a ConfigError
+    naming the file and key (every entry point reports it as one line, exit 2)."""
     try:
-        return Registry(synth.envs, synth.heldout_tool_share)
+        return Registry(envs, heldout_share)
     except PluginError as err:
         raise ConfigError(f"{params_file}: synth.envs: {err}") from err
 
@@ -89,16 +92,20 @@ class Registry:
     def schema(self, tool: str) -> dict[str, Any]:
         return canonical_schema(self.function[tool])
 
-    def bind(self, env_block: dict[str, Any]) -> tuple[ToolSet, ToolBox]:
-        """Rebuild an episode's tools from a sample's ``env`` block: (tool set, own toolbox)."""
+    def bind(
+        self, env_block: dict[str, Any], sandbox: SandboxSpec = DEFAULT_SANDBOX
+    ) -> tuple[ToolSet, ToolBox]:
+        """Rebuild an episode's tools from a sample's ``env`` block: (tool set, own toolbox);
+        code-running tools open the sandbox ``sandbox`` names."""
         family = env_block["family"]
         if family not in self.envs:
             raise KeyError(f"unknown family '{family}'; add its plugin to synth.envs")
-        box = self.envs[family].bind(env_block["state"])
+        box = self.envs[family].bind(env_block["state"], sandbox)
         functions = box.functions()
         for tool in env_block["surfaces"]:
             if tool not in functions:
-                functions = self.envs[self.owner[tool]].bind({}).functions() | functions
+                distractor = self.envs[self.owner[tool]].bind({}, sandbox)
+                functions = distractor.functions() | functions
         surfaces = {tool: Surface.from_json(s) for tool, s in env_block["surfaces"].items()}
         return ToolSet(functions, surfaces), box
 

@@ -1,8 +1,8 @@
 """The eval stage: models/{midtrain,sft,rl} x eval splits x harness variants, and BFCL.
 
 Writes, each atomically:
-- ``metrics/eval.json``: ``{checkpoint: {split: metrics}}`` (a variant level above the
-  split when params name more than one variant) and ``bfcl: {checkpoint: {category: ...}}``;
+- ``metrics/eval.json``: ``{checkpoint: {variant: {split: metrics}}}`` (always that shape)
+  and ``bfcl: {checkpoint: {category: ...}}``;
 - ``plots/eval_success.tsv``: grounded success with its interval per checkpoint and split
   under the headline variant (a bar per cell);
 - ``plots/eval_horizon.tsv``: the last checkpoint's grounded success on long_horizon per
@@ -19,17 +19,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.atomic import atomic_dir
 from agentrl.bfcl.bench import load_questions, run_bfcl
 from agentrl.chat import get_format
 from agentrl.config import Params
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
-from agentrl.eval.suite import Cell, nest, run_cells, variant_context
+from agentrl.eval.suite import Cell, nest, run_cells
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
-from agentrl.tracking import flatten, stage_run, without_wall_clock
-from agentrl.train.run import write_plot
+from agentrl.outputs import write_metrics, write_plot
+from agentrl.tracking import flatten, stage_run
 
 CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
 TABLE_COLUMNS = ("checkpoint", "variant", "split", "grounded_success", "grounded_success_low",
@@ -52,7 +52,7 @@ def horizon_rows(cells: list[Cell], params: Params) -> list[dict[str, Any]]:
     columns: dict[str, dict[int, dict[str, float]]] = {}
     for cell in cells:
         if cell.checkpoint == last and cell.split == "long_horizon":
-            strategy = variant_context(params.harness, params.eval.variants, cell.variant)
+            strategy = params.eval.variant(cell.variant).applied_to(params.harness).context
             columns.setdefault(strategy, cell.by_horizon)
     horizons = sorted({h for table in columns.values() for h in table})
     return [
@@ -86,7 +86,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     bfcl_dir = Path(paths.data) / "bfcl"
     if cfg.bfcl.categories and not (bfcl_dir / "source.json").is_file():
         raise StageError(f"{bfcl_dir}: no BFCL data (eval.bfcl.categories); run the bfcl stage")
-    registry = load_registry(params.synth, params.file)
+    registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     sections = {
         "eval": params.section_dict("eval"),
         "harness": params.section_dict("harness"),
@@ -119,7 +119,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
                 ), flush=True)  # fmt: skip
         if hasattr(engine, "close"):
             engine.close()
-        metrics = nest(cells, len(cfg.variants))
+        metrics = nest(cells)
         if bfcl:
             metrics["bfcl"] = bfcl
         with atomic_dir(Path(paths.reports) / "trajectories") as out:
@@ -130,7 +130,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
                    ("cell", "checkpoint", "split", "grounded_success", "low", "high"))  # fmt: skip
         write_plot(Path(paths.plots) / "eval_horizon.tsv", horizon_rows(cells, params),
                    ("horizon", *CONTEXT_STRATEGIES))  # fmt: skip
-        write_json_atomic(Path(paths.metrics) / "eval.json", without_wall_clock(metrics))
+        write_metrics(Path(paths.metrics) / "eval.json", metrics)
         run.log_metrics(_numeric(flatten(metrics)))
         run.log_dict(metrics, "eval.json")
         _log_table(cells)

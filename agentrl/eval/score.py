@@ -15,9 +15,9 @@ from collections import defaultdict
 from statistics import fmean
 from typing import Any
 
-from agentrl.eval.stats import pass_at_k, wilson
 from agentrl.harness.metrics import summarize
 from agentrl.harness.records import Episode
+from agentrl.stats import pass_at_k, wilson
 
 INVALID_CALL = frozenset(
     {"parse_error", "unknown_tool", "bad_arguments", "unknown_argument", "missing_argument", "wrong_type"}

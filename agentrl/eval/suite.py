@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.chat import ChatFormat
-from agentrl.config import EVAL_SPLITS, EvalSection, EvalVariant, HarnessSection
+from agentrl.config import EVAL_SPLITS, EvalSection, HarnessSection
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import Registry
 from agentrl.eval.score import score
-from agentrl.eval.stats import wilson
 from agentrl.harness.engine import Engine
 from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
+from agentrl.stats import wilson
 
 
 @dataclass
@@ -36,18 +36,6 @@ class Cell:
     samples: list[Episode]  # the first episodes, kept to read
     by_horizon: dict[int, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def variant_harness(base: HarnessSection, variant: EvalVariant) -> HarnessSection:
-    return HarnessSection.model_validate_json(
-        base.model_copy(update=variant.harness).model_dump_json()
-    )
-
-
-def variant_context(base: HarnessSection, variants: list[EvalVariant], name: str) -> str:
-    """The context strategy the variant called ``name`` runs with."""
-    variant = next(v for v in variants if v.name == name)
-    return variant_harness(base, variant).context
 
 
 def horizon_breakdown(episodes: list[Episode], records: list[dict[str, Any]]) -> dict:
@@ -81,7 +69,7 @@ def run_cells(
     """The cells of one checkpoint whose weights ``engine`` serves now."""
     cells = []
     for variant in cfg.variants:
-        settings = variant_harness(harness, variant)
+        settings = variant.applied_to(harness)
         samples = variant.samples or cfg.samples
         for split in variant.splits or EVAL_SPLITS:
             records = list(iter_records(data_root, split, cfg.tasks))
@@ -113,13 +101,10 @@ def run_cells(
     return cells
 
 
-def nest(cells: list[Cell], variants: int) -> dict[str, Any]:
-    """``{checkpoint: {split: metrics}}``, with a variant level above the split when the
-    eval compares more than one harness setting."""
+def nest(cells: list[Cell]) -> dict[str, Any]:
+    """``{checkpoint: {variant: {split: metrics}}}``: one shape, however many variants, so
+    ``dvc metrics diff`` keys stay put when a variant is added."""
     out: dict[str, Any] = {}
     for cell in cells:
-        node = out.setdefault(cell.checkpoint, {})
-        if variants > 1:
-            node = node.setdefault(cell.variant, {})
-        node[cell.split] = cell.metrics
+        out.setdefault(cell.checkpoint, {}).setdefault(cell.variant, {})[cell.split] = cell.metrics
     return out

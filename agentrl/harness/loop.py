@@ -25,8 +25,8 @@ from agentrl.harness.context import CHECK_REQUEST, SUMMARY_REQUEST, compact, res
 from agentrl.harness.engine import Engine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.records import Episode, Segment, TurnStats
-from agentrl.tools import sandbox
 from agentrl.tools.executor import Observation, ToolSet
+from agentrl.tools.sandboxes import SandboxSpec
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Harness:
         self.cfg = cfg
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
-        sandbox.configure(cfg.sandbox, cfg.sandbox_image)
+        self.sandbox = SandboxSpec(cfg.sandbox, cfg.sandbox_image)
         self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
 
     # --- token bookkeeping -------------------------------------------------------------
@@ -108,7 +108,7 @@ class Harness:
 
     # --- episode life ------------------------------------------------------------------
     def _start(self, record: dict[str, Any], sample: int) -> _Live:
-        tools, box = self.registry.bind(record["env"])
+        tools, box = self.registry.bind(record["env"], self.sandbox)
         messages = [dict(record["messages"][0])]
         episode = Episode(record["id"], sample, messages, record["tools"])
         live = _Live(episode, record, tools, box, list(messages))

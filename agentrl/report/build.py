@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import EVAL_SPLITS, Params, digest
-from agentrl.eval.suite import variant_context
 from agentrl.report.figures import eval_bars, horizon_lines, learning_curves, read_tsv
 from agentrl.tracking import content_digest
 
@@ -20,14 +19,11 @@ LINEAGE = (("synth", "data/synth"), ("init", "models/base"), ("midtrain", "model
 
 
 def cells_of(metrics: dict[str, Any], params: Params) -> list[dict[str, Any]]:
-    """metrics/eval.json back into cells, whether or not it has a variant level."""
-    names = [v.name for v in params.eval.variants]
+    """metrics/eval.json (``{checkpoint: {variant: {split: metrics}}}``) back into cells."""
     out = []
     for checkpoint in params.eval.checkpoints:
-        node = metrics.get(checkpoint, {})
-        by_variant = node if len(names) > 1 else {names[0]: node}
-        for variant in names:
-            found = by_variant.get(variant, {})
+        for variant in [v.name for v in params.eval.variants]:
+            found = metrics.get(checkpoint, {}).get(variant, {})
             for split in sorted(found, key=lambda s: EVAL_SPLITS.index(s)):
                 m = found[split]
                 out.append(
@@ -148,7 +144,7 @@ def _strategies(cells: list[dict[str, Any]], params: Params) -> list[str]:
     for c in cells:
         if c["split"] != "long_horizon":
             continue
-        strategy = variant_context(params.harness, params.eval.variants, c["variant"])
+        strategy = params.eval.variant(c["variant"]).applied_to(params.harness).context
         m = c["metrics"]
         rows.append([c["checkpoint"], c["variant"], strategy, _ci(m, "grounded_success"),
                      f"{m['turns']:.1f}", f"{m['tokens_per_episode']:.0f}", str(m["peak_context"]),

@@ -12,7 +12,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.atomic import atomic_dir
 from agentrl.chat import get_format
 from agentrl.config import Params, digest
 from agentrl.dataset import iter_records, split_dir
@@ -20,9 +20,9 @@ from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
+from agentrl.outputs import write_metrics, write_plot
 from agentrl.rl.trainer import RLTrainer
-from agentrl.tracking import content_digest, stage_run, without_wall_clock
-from agentrl.train.run import write_plot
+from agentrl.tracking import content_digest, stage_run
 
 PLOT_COLUMNS = (
     "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
@@ -48,7 +48,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
         "model.format": params.model.format,
     }
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
-    registry = load_registry(params.synth, params.file)
+    registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     with stage_run("rl", params.tracking, sections, {"model": source, "data": data}) as run:
         trainer = RLTrainer(
             cfg,
@@ -91,6 +91,6 @@ def rl_stage(params: Params) -> dict[str, Any]:
             merged(trainer.engine.module).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             run.record_output(tmp)
-        write_json_atomic(Path(paths.metrics) / "rl.json", without_wall_clock(metrics))
+        write_metrics(Path(paths.metrics) / "rl.json", metrics)
         write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
     return metrics

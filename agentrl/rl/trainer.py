@@ -36,22 +36,9 @@ from agentrl.rl.batch import (
     to_sequences,
 )
 from agentrl.rl.loss import LossConfig, policy_loss
+from agentrl.rl.rewards import outcome_rewards
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed
-
-
-def outcome_rewards(episodes: list[Episode], cfg: RLSection, rng: random.Random) -> list[float]:
-    """The reward each episode is trained on: the verifier's outcome (only a grounded
-    answer counts with ``grounded_only``) minus the shaping penalty, or for the ``random``
-    control a draw independent of the outcome with the same mean."""
-    outcome = [float(e.grounded) if cfg.grounded_only else e.reward for e in episodes]
-    if cfg.reward == "random":
-        mean = fmean(outcome)
-        return [float(rng.random() < mean) for _ in episodes]
-    return [
-        r - cfg.invalid_call_penalty * sum(sum(t.call_errors.values()) for t in e.turns)
-        for r, e in zip(outcome, episodes, strict=True)
-    ]
 
 
 @dataclass

@@ -74,7 +74,7 @@ def encode(outcome: Outcome) -> Encoded:
 
 def build_registry(cfg: SynthSection, params_file: str = "params.yaml") -> Registry:
     """The registry for ``cfg``; bad plugin paths or families become ConfigErrors."""
-    registry = load_registry(cfg, params_file)
+    registry = load_registry(cfg.envs, cfg.heldout_tool_share, params_file)
     for split, scfg in cfg.splits.items():
         for family in scfg.families or []:
             if family not in registry.envs:

@@ -1,5 +1,5 @@
 """Run model-written Python in a separate, limited process (the ``subprocess`` sandbox;
-``docker_sandbox.py`` is the container one; ``open_sandbox`` gives the configured one).
+``docker_sandbox.py`` is the container one; ``sandboxes.py`` opens the one a spec names).
 
 Each run gets new namespaces from ``unshare``: a network namespace with no interfaces but
 loopback (no network), a PID namespace (nothing outlives the run), and a mount namespace in which a small tmpfs is mounted on /tmp
@@ -21,7 +21,6 @@ import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import Any
 
 NOBODY = 65534
 
@@ -147,22 +146,3 @@ class SubprocessSandbox:
 
     def close(self) -> None:
         pass
-
-
-_BACKEND = {"kind": "subprocess", "image": "agentrl-sandbox:latest"}
-
-
-def configure(kind: str, image: str) -> None:
-    """Select the sandbox code-running tools open (``harness.sandbox``), process-wide."""
-    if kind not in ("subprocess", "docker"):
-        raise ValueError(f"unknown sandbox '{kind}' (subprocess | docker)")
-    _BACKEND.update(kind=kind, image=image)
-
-
-def open_sandbox(limits: SandboxLimits = DEFAULT_LIMITS) -> Any:
-    """A sandbox for one episode, of the configured kind; ``close()`` it when done."""
-    if _BACKEND["kind"] == "docker":
-        from agentrl.tools.docker_sandbox import DockerSandbox
-
-        return DockerSandbox(_BACKEND["image"], limits)
-    return SubprocessSandbox(limits)

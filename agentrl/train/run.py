@@ -7,22 +7,22 @@ included), all without wall-clock figures, which go to MLflow only.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
-from agentrl.atomic import atomic_dir, write_json_atomic
+from agentrl.atomic import atomic_dir
 from agentrl.chat import get_format
 from agentrl.config import ConfigError, Params, digest
 from agentrl.dataset import iter_records, split_dir
 from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import apply_lora, format_token_ids, merged
-from agentrl.tracking import content_digest, is_wall_clock, stage_run, without_wall_clock
+from agentrl.outputs import write_metrics, write_plot
+from agentrl.tracking import content_digest, stage_run
 from agentrl.train.data import build_examples, is_heldout, pack
 from agentrl.train.loop import Trainer
 
@@ -38,20 +38,57 @@ PLOT_COLUMNS = (
 )
 
 
-def write_plot(
-    path: Path, history: list[dict[str, float]], columns: tuple[str, ...] = PLOT_COLUMNS
-) -> None:
-    """A DVC plot file: one tab-separated row per logged step, written atomically, without
-    wall-clock columns (they are in MLflow), so equal inputs give equal bytes."""
-    columns = tuple(c for c in columns if not is_wall_clock(c))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, delimiter="\t", extrasaction="ignore", restval="")
-    writer.writeheader()
-    writer.writerows(history)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(buffer.getvalue())
-    tmp.replace(path)
+def training_rows(
+    stage: str, params: Params, split: str, tokenizer: Any, params_file: str
+) -> tuple[list[Any], list[Any], Any]:
+    """(packed training rows, packed held-out rows, data statistics) of ``split`` under
+    ``params.<stage>``: records filtered, held out by id, rendered, masked and packed."""
+    cfg = getattr(params, stage)
+    fmt = get_format(params.model.format)
+    synth = Path(params.base.paths.data) / "synth"
+    records = list(iter_records(synth, split, cfg.max_samples))
+    if cfg.families is not None:
+        records = [r for r in records if r["family"] in cfg.families]
+        if not records:
+            raise ConfigError(
+                f"{params_file}: {stage}.families: no record of {cfg.families} in "
+                f"{split_dir(synth, split)}"
+            )
+    held = [is_heldout(r["id"], cfg.eval_fraction) for r in records]
+    train_examples, stats = build_examples(
+        [r for r, h in zip(records, held, strict=True) if not h],
+        tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong,
+    )  # fmt: skip
+    eval_examples, _ = build_examples(
+        [r for r, h in zip(records, held, strict=True) if h],
+        tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong,
+    )  # fmt: skip
+    if not train_examples:
+        raise StageError(f"{split_dir(synth, split)}: no usable training example ({asdict(stats)})")
+    if stats.dropped_overlong or stats.truncated:
+        print(
+            f"{stage}: {stats.dropped_overlong} overlong samples dropped, {stats.truncated} truncated"
+        )
+    rows = pack(train_examples, cfg.context, params.base.seed, cfg.packing)
+    eval_rows = pack(eval_examples, cfg.context, params.base.seed, cfg.packing)[:64]
+    return rows, eval_rows, stats
+
+
+def summary(result: Any, rows: int, stats: Any) -> dict[str, Any]:
+    """The run's figures: the last step's losses and means over the history (wall-clock
+    ones included; outputs.write_metrics drops those from the DVC file)."""
+    last, history = result.history[-1], result.history
+    return {
+        "steps": result.step,
+        "resumed_from": result.resumed_from,
+        "loss": round(last["loss"], 4),
+        "eval_loss": round(last.get("eval_loss", float("nan")), 4),
+        "tokens_per_s": round(fmean(h["tokens_per_s"] for h in history), 1),
+        "padding_share": round(fmean(h["padding_share"] for h in history), 4),
+        "train_s": round(result.seconds, 1),
+        "rows": rows,
+        "data": asdict(stats),
+    }
 
 
 def train_stage(
@@ -78,25 +115,7 @@ def train_stage(
             f"{params_file}: {stage}.context: {cfg.context} exceeds the {model.config.max_position_embeddings} "
             f"positions of {source}"
         )
-    records = list(iter_records(Path(paths.data) / "synth", split, cfg.max_samples))
-    if cfg.families is not None:
-        records = [r for r in records if r["family"] in cfg.families]
-        if not records:
-            raise ConfigError(
-                f"{params_file}: {stage}.families: no record of {cfg.families} in {data}"
-            )
-    train_records = [r for r in records if not is_heldout(r["id"], cfg.eval_fraction)]
-    eval_records = [r for r in records if is_heldout(r["id"], cfg.eval_fraction)]
-    train_examples, stats = build_examples(
-        train_records, tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong
-    )
-    eval_examples, _ = build_examples(
-        eval_records, tokenizer, fmt, cfg.loss_on, cfg.context, cfg.overlong
-    )
-    if not train_examples:
-        raise StageError(f"{data}: no usable training example ({asdict(stats)})")
-    rows = pack(train_examples, cfg.context, params.base.seed, cfg.packing)
-    eval_rows = pack(eval_examples, cfg.context, params.base.seed, cfg.packing)[:64]
+    rows, eval_rows, stats = training_rows(stage, params, split, tokenizer, params_file)
     sections = {stage: params.section_dict(stage), "model.format": params.model.format}
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
     # under a launcher only rank 0 tracks and writes
@@ -107,10 +126,6 @@ def train_stage(
     )
     with tracked if rank == 0 else nullcontext() as run:
         trainer = Trainer(cfg, model, tokenizer.pad_token_id, params.base.seed, fingerprint)
-        if stats.dropped_overlong or stats.truncated:
-            print(
-                f"{stage}: {stats.dropped_overlong} overlong samples dropped, {stats.truncated} truncated"
-            )
         result = trainer.train(
             rows,
             eval_rows,
@@ -120,22 +135,7 @@ def train_stage(
         metrics: dict[str, Any] = {}
         if trainer.rank == 0:
             print(f"{stage}: {result.step} steps, resumed from step {result.resumed_from}")
-            last = result.history[-1]
-            metrics = {
-                "steps": result.step,
-                "resumed_from": result.resumed_from,
-                "loss": round(last["loss"], 4),
-                "eval_loss": round(last.get("eval_loss", float("nan")), 4),
-                "tokens_per_s": round(
-                    sum(h["tokens_per_s"] for h in result.history) / len(result.history), 1
-                ),
-                "padding_share": round(
-                    sum(h["padding_share"] for h in result.history) / len(result.history), 4
-                ),
-                "train_s": round(result.seconds, 1),
-                "rows": len(rows),
-                "data": asdict(stats),
-            }
+            metrics = summary(result, len(rows), stats)
             model = merged(trainer.unwrapped())
             if after is not None:
                 metrics |= after(model, tokenizer, run)
@@ -145,6 +145,6 @@ def train_stage(
                 model.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
                 run.record_output(tmp)
-            write_json_atomic(Path(paths.metrics) / f"{stage}.json", without_wall_clock(metrics))
-            write_plot(Path(paths.plots) / f"{stage}.tsv", result.history)
+            write_metrics(Path(paths.metrics) / f"{stage}.json", metrics)
+            write_plot(Path(paths.plots) / f"{stage}.tsv", result.history, PLOT_COLUMNS)
         return metrics

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
 from agentrl.envs.world import World
 from agentrl.tools.executor import ToolError
-from agentrl.tools.sandbox import open_sandbox
+from agentrl.tools.sandboxes import open_sandbox
 from agentrl.tools.vocab import ToolVocab
 
 PUZZLES = ("sum_of_squares", "kth_smallest", "digit_sum_of_product")
@@ -39,7 +39,7 @@ class PythonTools(ToolBox):
             code: A complete Python program that prints its result, e.g. "print(sum([1, 2]))".
         """
         if self.sandbox is None:
-            self.sandbox = open_sandbox()
+            self.sandbox = open_sandbox(self.sandbox_spec)
         result = self.sandbox.run(code)
         if result.error is not None:
             lines = result.observation.strip().splitlines()

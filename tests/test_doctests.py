@@ -1,0 +1,27 @@
+"""The examples in docstrings run: every module of agentrl/ and flows/ that has one."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(
+    ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    for folder in ("agentrl", "flows")
+    for path in (ROOT / folder).rglob("*.py")
+    if ">>> " in path.read_text(encoding="utf-8")
+)
+
+
+def test_the_reward_functions_have_examples() -> None:
+    assert "agentrl.rl.rewards" in MODULES
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
