@@ -58,6 +58,9 @@ def small_params(**synth_overrides: Any) -> dict[str, Any]:
     synth = {
         "workers": 1,
         "shard_size": 25,
+        # dvc.yaml names these keys for sft, rl and eval: written out, as in params.yaml
+        "heldout_tool_share": 0.25,
+        "envs": [],
         "splits": copy.deepcopy(SMALL_SPLITS),
     } | synth_overrides
     paths = {

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import project_params
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
@@ -131,6 +132,26 @@ def test_every_params_key_a_stage_reads_is_a_declared_param(name: str) -> None:
         if not any(read == d or read.startswith(f"{d}.") for d in declared)
     ]  # fmt: skip
     assert not undeclared, f"{name} reads {undeclared}; dvc.yaml lists {declared}"
+
+
+def missing_keys(params: dict[str, Any]) -> list[str]:
+    """Keys dvc.yaml names that ``params`` does not hold: `dvc repro` refuses such a file."""
+    missing = []
+    for stage in DVC["stages"].values():
+        for key in stage_params(stage):
+            node: Any = params
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    missing.append(key)
+                    break
+                node = node[part]
+    return sorted(set(missing))
+
+
+def test_every_declared_param_is_written_out() -> None:
+    """params.yaml, and the params the DAG tests write, hold every key dvc.yaml names."""
+    assert missing_keys(yaml.safe_load((ROOT / "params.yaml").read_text())) == []
+    assert missing_keys(project_params()) == []
 
 
 def test_removing_a_dep_is_caught() -> None:
