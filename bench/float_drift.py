@@ -74,7 +74,9 @@ AVX2_TWO_THREADS = {
 def run(repo: Path, *command: str, env: dict[str, str]) -> None:
     result = subprocess.run(command, cwd=repo, env=os.environ | env, capture_output=True, text=True)
     if result.returncode:
-        sys.exit(f"{repo}: {' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        sys.exit(
+            f"{repo}: {' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        )
 
 
 def make_repo(root: Path, params: dict[str, Any]) -> Path:
@@ -92,7 +94,9 @@ def make_repo(root: Path, params: dict[str, Any]) -> Path:
 
 def flat(obj: Any, prefix: str = "") -> dict[str, float]:
     if isinstance(obj, dict):
-        return {k: v for key, value in obj.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        return {
+            k: v for key, value in obj.items() for k, v in flat(value, f"{prefix}{key}.").items()
+        }
     if isinstance(obj, (int, float)) and not isinstance(obj, bool):
         return {prefix.rstrip("."): float(obj)}
     return {}
