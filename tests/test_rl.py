@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TINY_MODEL, project_params, read_split, stage_env, write_params
+from conftest import (
+    ROOT,
+    TINY_MODEL,
+    digit_model,
+    digit_tasks,
+    project_params,
+    read_split,
+    stage_env,
+    write_params,
+)
 from safetensors.torch import load_file
 
 from agentrl.chat import get_format, render_ids, render_text
@@ -33,22 +42,6 @@ from agentrl.rl.batch import (
 )
 from agentrl.rl.trainer import RLTrainer
 
-PROMPT = "Pick a digit."
-
-
-def digit_tasks(n: int, answer: int) -> list[dict]:
-    env = {"family": "calculator", "state": {}, "surfaces": {}}
-    return [
-        {
-            "id": f"digit-{i}",
-            "env": env,
-            "messages": [{"role": "user", "content": PROMPT}],
-            "tools": [],
-            "verifier": {"kind": "numeric", "answer": answer, "rtol": 0.0, "atol": 0.0},
-        }
-        for i in range(n)
-    ]
-
 
 def success_rate(model, tokenizer, fmt, tasks, samples: int) -> float:
     cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256)
@@ -60,35 +53,7 @@ def success_rate(model, tokenizer, fmt, tasks, samples: int) -> float:
 
 def test_rl_raises_the_reward_of_a_trivially_learnable_task(dataset: Path, tmp_path: Path) -> None:
     fmt = get_format("hermes")
-    texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
-    tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
-    torch.manual_seed(0)
-    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
-    # warm start: answer with a uniformly random digit, so 7 is right one time in ten
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step in range(120):
-        digits = [(step * 7 + i) % 10 for i in range(20)]
-        rendered = [
-            render_ids(
-                tokenizer,
-                fmt,
-                [
-                    {"role": "user", "content": PROMPT},
-                    {"role": "assistant", "content": f"Answer: {d}"},
-                ],
-            )
-            for d in digits
-        ]
-        ids = torch.tensor([r[0] for r in rendered])
-        mask = torch.tensor([r[1] for r in rendered])
-        logits = model(input_ids=ids).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        )
-        loss = (loss * mask[:, 1:].reshape(-1)).sum() / mask[:, 1:].sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    model, tokenizer = digit_model(dataset, TINY_MODEL)
     tasks = digit_tasks(4, answer=7)
     before = success_rate(model, tokenizer, fmt, tasks, 32)
     assert 0.02 <= before <= 0.3, before
@@ -238,3 +203,23 @@ def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> No
         return [tuple(row[i] for i in keep) for row in lines[1:]]
 
     assert figures(project / "plots" / "rl.tsv") == figures(project / "p_ref" / "rl.tsv")
+
+
+def test_an_unreachable_rollout_server_fails_the_stage_with_exit_3(project: Path) -> None:
+    from conftest import free_port
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    url = f"http://127.0.0.1:{free_port()}"
+    params["harness"] |= {"engine": "openai", "engine_url": url, "engine_reload": "vllm"}
+    params["base"]["paths"] |= {"models": "models_down", "checkpoints": "ckpt_down"}
+    write_params(project / "params_down.yaml", params)
+    (project / "models_down").mkdir()
+    os.symlink(project / "models" / "sft", project / "models_down" / "sft")
+    proc = rl_stage(project, "params_down.yaml")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 3, out[-2000:]  # a server that may be starting: the flow retries
+    assert f"error: harness.engine_url {url}: POST /collective_rpc: cannot reach" in out, out[
+        -2000:
+    ]
+    assert "Traceback" not in out
+    assert not (project / "models_down" / "rl").exists()

@@ -12,15 +12,19 @@ from agentrl.harness.engine import Engine, HFEngine
 from agentrl.model.build import load_model_dir, load_tokenizer_dir
 
 
+def openai_engine(cfg: HarnessSection, tokenizer: Any) -> Engine:
+    """The client of the server at ``cfg.engine_url``; ``tokenizer`` renders its prompts."""
+    from agentrl.harness.openai_engine import OpenAIEngine
+
+    stop_id = tokenizer.convert_tokens_to_ids(IM_END)
+    return OpenAIEngine(cfg.engine_url, cfg.engine_model, stop_id, cfg.engine_reload)
+
+
 def build_engine(cfg: HarnessSection, model_dir: Path, fmt: ChatFormat) -> tuple[Engine, Any]:
     """The engine and the tokenizer for ``model_dir``; the openai engine loads no weights
     here (the server holds them) but renders with the tokenizer saved beside them."""
     if cfg.engine == "openai":
-        from agentrl.harness.openai_engine import OpenAIEngine
-
         tokenizer = load_tokenizer_dir(model_dir, fmt)
-        stop_id = tokenizer.convert_tokens_to_ids(IM_END)
-        engine = OpenAIEngine(cfg.engine_url, cfg.engine_model, stop_id, cfg.engine_reload)
-        return engine, tokenizer
+        return openai_engine(cfg, tokenizer), tokenizer
     model, tokenizer = load_model_dir(model_dir, fmt)
     return HFEngine(model, tokenizer), tokenizer

@@ -26,13 +26,17 @@ from transformers import (
 )
 
 from agentrl.chat.formats import IM_END
-from agentrl.errors import StageError
+from agentrl.errors import ServerUnreachable, StageError
 from agentrl.harness.prefix_cache import Entry, PrefixCache, assemble, extract
 from agentrl.model.generate import left_pad
 
 
 class EngineError(StageError):
-    """An engine could not generate or take new weights (server down, bad reply, ...)."""
+    """An engine could not generate or take new weights (bad reply, failed reload, ...)."""
+
+
+class EngineUnreachable(EngineError, ServerUnreachable):
+    """The openai engine's server does not answer (exit 3)."""
 
 
 @dataclass(frozen=True)

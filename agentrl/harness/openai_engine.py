@@ -12,12 +12,11 @@ New weights between RL steps (``load_weights``), by ``reload``:
 
 - ``agentrl`` / ``sglang``: ``POST /update_weights_from_disk {"model_path": DIR}`` — the
   server loads the saved checkpoint in place (SGLang's endpoint of the same name).
-- ``vllm``: save the checkpoint into the directory the server was launched on, then
-  ``POST /collective_rpc {"method": "reload_weights"}`` (every worker re-reads its weights
-  from that path) and ``POST /reset_prefix_cache`` (cached prefixes were computed with
-  the old weights). vLLM exposes both only with ``VLLM_SERVER_DEV_MODE=1``:
-
-      VLLM_SERVER_DEV_MODE=1 vllm serve models/rl --port 8000 --return-tokens-as-token-ids
+- ``vllm``: ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path":
+  DIR}}`` (every worker loads DIR's weights in place) and ``POST /reset_prefix_cache``
+  (cached prefixes were computed with the old weights). vLLM exposes both only with
+  ``VLLM_SERVER_DEV_MODE=1``; DIR's head must be untied (``agentrl/model/untie.py``).
+  Launch it with ``infra/vllm_serve.sh MODEL_DIR PORT``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any, Literal
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from agentrl.harness.engine import EngineError, Generation, Sampling
+from agentrl.harness.engine import EngineError, EngineUnreachable, Generation, Sampling
 
 Reload = Literal["agentrl", "sglang", "vllm"]
 _TOKEN_ID_PREFIX = "token_id:"
@@ -80,7 +79,9 @@ class OpenAIEngine:
         try:
             return self._post(url, body)
         except httpx.TransportError as err:
-            raise EngineError(f"POST {url}: cannot reach the server: {err}") from err
+            raise EngineUnreachable(
+                f"harness.engine_url {self.base_url}: POST {path}: cannot reach the server: {err}"
+            ) from err
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         body = {
@@ -115,7 +116,10 @@ class OpenAIEngine:
 
     def load_weights(self, model_dir: Path) -> None:
         if self.reload == "vllm":
-            self._call("/collective_rpc", {"method": "reload_weights"})
+            path = str(Path(model_dir).resolve())
+            self._call(
+                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            )
             self._call("/reset_prefix_cache", {})
         else:
             self._call("/update_weights_from_disk", {"model_path": str(Path(model_dir).resolve())})

@@ -1,6 +1,10 @@
 """The RL loop on DeepSpeed: tasks -> G rollouts each through the harness -> rewards ->
-advantages -> PPO-clip updates -> the rollout engine sees the new weights (it holds the
-same module) -> metrics -> checkpoint.
+advantages -> PPO-clip updates -> the rollout engine gets the new weights -> metrics ->
+checkpoint.
+
+The rollout engine is ``harness.engine``: ``hf`` holds the very module DeepSpeed updates
+(no copy); ``openai`` is a server (vLLM, ``agentrl serve``) that loads a snapshot written
+after every update (``weight_sync.py``), checked at start against the trainer's log-probs.
 
 A killed run continues from its last checkpoint: DeepSpeed's model and optimizer state
 plus the step, the task position and every RNG, so the continued run draws what the
@@ -21,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config import HarnessSection, RLSection
+from agentrl.config import ConfigError, HarnessSection, RLSection
+from agentrl.harness.build import openai_engine
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
@@ -37,6 +42,7 @@ from agentrl.rl.batch import (
 )
 from agentrl.rl.loss import LossConfig, policy_loss
 from agentrl.rl.rewards import outcome_rewards
+from agentrl.rl.weight_sync import check_served_weights, write_snapshot
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed
 
@@ -83,8 +89,16 @@ class RLTrainer:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config
         )
-        # the rollout engine holds the very module DeepSpeed updates: no weight copy
-        self.rollout_engine = HFEngine(causal_lm(self.engine.module), tokenizer)
+        self.tokenizer, self.fmt = tokenizer, fmt
+        if harness_cfg.engine == "openai":
+            if cfg.lora.r:
+                raise ConfigError(
+                    f"rl.lora.r: {cfg.lora.r} with harness.engine openai: the rollout server "
+                    "takes full weights; set rl.lora.r: 0 or harness.engine: hf"
+                )
+            self.rollout_engine = openai_engine(harness_cfg, tokenizer)
+        else:  # holds the very module DeepSpeed updates: no weight copy
+            self.rollout_engine = HFEngine(causal_lm(self.engine.module), tokenizer)
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
         self.loss_cfg = LossConfig(
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
@@ -247,16 +261,21 @@ class RLTrainer:
 
         start, history = self._resume(ckpt)
         ckpt.mkdir(parents=True, exist_ok=True)
+        if not isinstance(self.rollout_engine, HFEngine):
+            # the server starts on whatever it was launched on: give it these weights (a
+            # resumed run's included) and check that it samples from them
+            self.sync_weights(ckpt)
+            check_served_weights(
+                self.rollout_engine, self.engine.module, self.tokenizer, self.fmt, records[0],
+                self.cfg.logprob_chunk,
+            )  # fmt: skip
         bar = tqdm(total=self.cfg.steps, initial=start, desc="rl", disable=self.rank != 0)
         for step in range(start, self.cfg.steps):
             tick = time.perf_counter()
             data = self.collect(records, step)
             rollout_s = time.perf_counter() - tick
             figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
-            tick = time.perf_counter()
-            if self.rollout_engine.cache is not None:
-                self.rollout_engine.cache.clear()  # the weights moved
-            sync_s = time.perf_counter() - tick
+            sync_s = self.sync_weights(ckpt)
             metrics = rollout_figures(data, rollout_s) | figures | {"time_sync_s": sync_s}
             history.append({"step": step + 1, **metrics})
             on_log(step + 1, metrics)
@@ -272,6 +291,19 @@ class RLTrainer:
                 self._checkpoint(ckpt, done, history)
         bar.close()
         return self.cfg.steps, history, start
+
+    def sync_weights(self, ckpt: Path) -> float:
+        """Give the rollout engine the trainer's weights; seconds it took."""
+        tick = time.perf_counter()
+        if isinstance(self.rollout_engine, HFEngine):
+            if self.rollout_engine.cache is not None:
+                self.rollout_engine.cache.clear()  # it holds the module: only the cache moved
+            return time.perf_counter() - tick
+        if self.rank == 0:  # one server for every rank: one snapshot, one reload
+            self.rollout_engine.load_weights(write_snapshot(self.engine.module, ckpt / "serving"))
+        if self.world > 1:
+            torch.distributed.barrier()
+        return time.perf_counter() - tick
 
     def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
         client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)

