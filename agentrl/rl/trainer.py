@@ -265,10 +265,11 @@ class RLTrainer:
             # the server starts on whatever it was launched on: give it these weights (a
             # resumed run's included) and check that it samples from them
             self.sync_weights(ckpt)
-            check_served_weights(
+            gap = check_served_weights(
                 self.rollout_engine, self.engine.module, self.tokenizer, self.fmt, records[0],
-                self.cfg.logprob_chunk,
+                self.cfg.logprob_chunk, self.cfg.sync_tolerance,
             )  # fmt: skip
+            print(f"rl: the rollout server samples from the trainer's weights (gap {gap:.1e})")
         bar = tqdm(total=self.cfg.steps, initial=start, desc="rl", disable=self.rank != 0)
         for step in range(start, self.cfg.steps):
             tick = time.perf_counter()
@@ -299,8 +300,9 @@ class RLTrainer:
             if self.rollout_engine.cache is not None:
                 self.rollout_engine.cache.clear()  # it holds the module: only the cache moved
             return time.perf_counter() - tick
-        if self.rank == 0:  # one server for every rank: one snapshot, one reload
-            self.rollout_engine.load_weights(write_snapshot(self.engine.module, ckpt / "serving"))
+        snapshot = write_snapshot(self.engine.module, ckpt / "serving", self.rank)
+        if self.rank == 0:  # one server for every rank: one reload
+            self.rollout_engine.load_weights(snapshot)
         if self.world > 1:
             torch.distributed.barrier()
         return time.perf_counter() - tick

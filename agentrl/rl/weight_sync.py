@@ -21,18 +21,19 @@ from agentrl.harness.engine import Engine, EngineError, Sampling
 from agentrl.model.logprobs import sequence_logprobs
 from agentrl.model.untie import untie_embeddings
 
-# mean |served - trained| log-prob of a probe's sampled tokens: the same weights in float32
-# agree to ~1e-5 (vLLM CPU against transformers, measured); other weights, another dtype or
-# a head tied at launch (untie.py) are off by far more
-PROBE_TOLERANCE = 0.02
 PROBE_TOKENS = 16
 
 
-def write_snapshot(model: Any, path: Path) -> Path:
-    """``model``'s weights and config at ``path`` (replaced atomically), head untied."""
-    with atomic_dir(path) as tmp:
-        model.save_pretrained(tmp)
-        untie_embeddings(tmp, tmp)
+def write_snapshot(model: Any, path: Path, rank: int) -> Path:
+    """``model``'s weights and config at ``path`` (replaced atomically, by rank 0), head
+    untied. Every rank calls it: under ZeRO-3 the parameters are gathered from all of them."""
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+        if rank == 0:
+            with atomic_dir(path) as tmp:
+                model.save_pretrained(tmp)
+                untie_embeddings(tmp, tmp)
     return path
 
 
@@ -56,14 +57,21 @@ def served_gap(
 
 
 def check_served_weights(
-    engine: Engine, model: Any, tokenizer: Any, fmt: ChatFormat, record: dict[str, Any], chunk: int
+    engine: Engine,
+    model: Any,
+    tokenizer: Any,
+    fmt: ChatFormat,
+    record: dict[str, Any],
+    chunk: int,
+    tolerance: float,
 ) -> float:
-    """:func:`served_gap`, or :class:`EngineError` when the server does not serve ``model``."""
+    """:func:`served_gap`, or :class:`EngineError` when it exceeds ``tolerance`` (rl.sync_tolerance):
+    the server does not serve ``model``."""
     gap = served_gap(engine, model, tokenizer, fmt, record, chunk)
-    if gap > PROBE_TOLERANCE:
+    if gap > tolerance:
         raise EngineError(
             f"harness.engine_url: the rollout server does not sample from the weights rl "
-            f"sent it (mean log-prob gap {gap:.3f} > {PROBE_TOLERANCE} on a probe): start it "
+            f"sent it (mean log-prob gap {gap:.3f} > rl.sync_tolerance {tolerance} on a probe): start it "
             f"with infra/vllm_serve.sh (float32, output head untied) and "
             f"harness.engine_reload matching the server"
         )
