@@ -520,6 +520,16 @@ class RLSection(Strict):
         "weights tokens by min(pi_old/pi_rollout, cap); mask drops tokens outside [1/cap, cap].",
     )
     mismatch_cap: float = Field(2.0, gt=1, description="The cap of tis and mask.")
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="0: rollouts, then the update, in turn (every rollout comes from the "
+        "weights being updated). 1: one-step-off-policy (AReaL, prime-rl, verl's one-step "
+        "off-policy): while step k updates, the engine already generates step k+1's "
+        "rollouts with the weights of step k-1; the mismatch correction (rl.mismatch) "
+        "reweights them. Needs harness.engine openai (the engine in its own process).",
+    )
     sync_tolerance: float = Field(
         0.02,
         gt=0,

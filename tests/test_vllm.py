@@ -84,6 +84,46 @@ def test_every_update_reaches_vllm_and_its_logprobs_become_the_trainers(served: 
     trainer.harness.close()
 
 
+def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
+    served: dict, tmp_path: Path
+) -> None:
+    fmt, tokenizer = get_format("hermes"), served["tokenizer"]
+    tasks = digit_tasks(4, answer=7)
+
+    def trainer(steps: int) -> RLTrainer:
+        model, _ = load_model_dir(served["home"] / "sft", fmt)
+        cfg = RLSection(
+            steps=steps, tasks_per_step=4, group_size=8, lr=1e-3, mini_batch=32,
+            micro_batch_size=16, grounded_only=False, checkpoint_every=1,
+            dynamic_sampling=False, max_staleness=1,
+        )  # fmt: skip
+        return RLTrainer(cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "a")
+
+    class Killed(Exception):
+        pass
+
+    def die_after_two(step: int, _: dict) -> None:
+        if step == 2:  # checkpoint 2 is written after the log: it dies before it
+            raise Killed
+
+    first = trainer(4)
+    with pytest.raises(Killed):
+        first.train(tasks, tmp_path / "ckpt", die_after_two)
+    first.harness.close()
+    second = trainer(4)
+    steps, history, resumed = second.train(tasks, tmp_path / "ckpt", lambda *_: None)
+    second.harness.close()
+    assert (steps, resumed, len(history)) == (4, 1, 4)
+    # the first step of a run or a resumed run is rolled out in turn, the others one
+    # version behind, never more
+    assert [h["staleness"] for h in history] == [0.0, 0.0, 1.0, 1.0]
+    for h in history:
+        print(h["step"], {k: round(v, 3) for k, v in h.items() if k.startswith("time_")})
+    # while steps 1-3 updated, the next step's rollouts were being generated; step 4 is last
+    assert all(h["time_overlap_s"] > 0 for h in history[:3]), history
+    assert history[3]["time_overlap_s"] == 0.0
+
+
 def end_server(url: str) -> None:
     """End the server's process group (vLLM, its engine core and workers) with SIGKILL."""
     import psutil

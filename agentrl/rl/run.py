@@ -29,7 +29,8 @@ PLOT_COLUMNS = (
     "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
     "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
     "compactions", "rollout_tokens_per_s", "update_tokens_per_s", "time_rollout_s",
-    "time_reference_s", "time_update_s", "time_sync_s",
+    "time_reference_s", "time_update_s", "time_sync_s", "staleness", "time_overlap_s",
+    "time_trainer_idle_s", "time_engine_idle_s",
 )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ import copy
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean, pstdev
@@ -58,6 +59,10 @@ class StepData:
     generated: int = 0  # tokens sampled, discarded groups included
     drawn_episodes: list[Episode] = field(default_factory=list)  # every rollout of the step
     drawn_rewards: list[float] = field(default_factory=list)
+    position_before: int = 0  # tasks drawn before this step's
+    weights_version: int = 0  # updates the rollout weights had seen
+    began: float = 0.0  # perf_counter interval of the rollouts
+    ended: float = 0.0
 
 
 class RLTrainer:
@@ -104,8 +109,16 @@ class RLTrainer:
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
             cfg.mismatch, cfg.mismatch_cap,
         )  # fmt: skip
+        if cfg.max_staleness and harness_cfg.engine != "openai":
+            raise ConfigError(
+                f"rl.max_staleness: {cfg.max_staleness} needs harness.engine openai: the "
+                "engine must run in its own process while the trainer updates"
+            )
         self.rng = random.Random(seed)
+        # rollouts ahead of the update draw their random rewards from their own stream
+        self.rollout_rng = random.Random(seed + 1) if cfg.max_staleness else self.rng
         self.position = 0  # tasks drawn so far
+        self.version = 0  # updates the rollout engine's weights have seen
 
     # --- tasks and rollouts --------------------------------------------------------------
     def _tasks(self, records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -121,14 +134,16 @@ class RLTrainer:
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
         """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
         whose rewards are all equal at most ``max_resample`` times (dynamic sampling)."""
-        cfg, data = self.cfg, StepData()
+        cfg = self.cfg
+        data = StepData(position_before=self.position, weights_version=self.version)
+        data.began = time.perf_counter()
         wanted = cfg.tasks_per_step
         for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
             tasks = self._tasks(records, wanted if attempt == 0 else wanted - data.groups)
             episodes = self.harness.run(
                 tasks, cfg.group_size, seed=self.seed * 100_003 + step * 31 + attempt
             )
-            rewards = outcome_rewards(episodes, cfg, self.rng)
+            rewards = outcome_rewards(episodes, cfg, self.rollout_rng)
             data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
             data.drawn_episodes += episodes
             data.drawn_rewards += rewards
@@ -154,6 +169,7 @@ class RLTrainer:
                 data.groups += 1
             if data.groups >= wanted or not cfg.dynamic_sampling:
                 break
+        data.ended = time.perf_counter()
         return data
 
     # --- update ----------------------------------------------------------------------------
@@ -270,26 +286,56 @@ class RLTrainer:
                 self.cfg.logprob_chunk, self.cfg.sync_tolerance,
             )  # fmt: skip
             print(f"rl: the rollout server samples from the trainer's weights (gap {gap:.1e})")
+        self.version = start
         bar = tqdm(total=self.cfg.steps, initial=start, desc="rl", disable=self.rank != 0)
-        for step in range(start, self.cfg.steps):
-            tick = time.perf_counter()
-            data = self.collect(records, step)
-            rollout_s = time.perf_counter() - tick
-            figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
-            sync_s = self.sync_weights(ckpt)
-            metrics = rollout_figures(data, rollout_s) | figures | {"time_sync_s": sync_s}
-            history.append({"step": step + 1, **metrics})
-            on_log(step + 1, metrics)
-            bar.update(1)
-            bar.set_postfix(
-                reward=f"{metrics['reward_mean']:.3f}",
-                grounded=f"{metrics['grounded_success']:.3f}",
-                groups=int(metrics["groups"]),
-                s=f"{metrics['time_rollout_s'] + metrics.get('time_update_s', 0):.0f}",
-            )
-            done = step + 1
-            if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
-                self._checkpoint(ckpt, done, history)
+        # max_staleness 1: step k+1's rollouts run in this thread while step k updates
+        pool = ThreadPoolExecutor(1, "rollouts") if self.cfg.max_staleness else None
+        ahead: Future[StepData] | None = None
+        engine_free = time.perf_counter()  # when the engine last finished a step's rollouts
+        try:
+            for step in range(start, self.cfg.steps):
+                tick = time.perf_counter()
+                data = ahead.result() if ahead else self.collect(records, step)
+                waited = time.perf_counter() - tick
+                ahead = None
+                if pool is not None and step + 1 < self.cfg.steps:
+                    ahead = pool.submit(self.collect, records, step + 1)
+                began = time.perf_counter()
+                figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
+                ended = time.perf_counter()
+                # the rollouts ahead end before new weights go out: one version per step
+                next_data = ahead.result() if ahead is not None else None
+                joined = time.perf_counter() - ended
+                sync_s = self.sync_weights(ckpt)
+                self.version = step + 1
+                metrics = (
+                    rollout_figures(data, data.ended - data.began)
+                    | figures
+                    | pipeline_figures(next_data or data, began, ended, engine_free)
+                    | {
+                        "time_sync_s": sync_s,
+                        "time_trainer_idle_s": waited + joined,
+                        "staleness": float(step - data.weights_version),
+                    }
+                )
+                engine_free = (next_data or data).ended
+                history.append({"step": step + 1, **metrics})
+                on_log(step + 1, metrics)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{metrics['reward_mean']:.3f}",
+                    grounded=f"{metrics['grounded_success']:.3f}",
+                    groups=int(metrics["groups"]),
+                    s=f"{metrics['time_rollout_s'] + metrics.get('time_update_s', 0):.0f}",
+                )
+                done = step + 1
+                if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
+                    # a resumed run redraws the tasks whose rollouts ran ahead
+                    position = next_data.position_before if next_data else self.position
+                    self._checkpoint(ckpt, done, history, position)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         return self.cfg.steps, history, start
 
@@ -316,15 +362,30 @@ class RLTrainer:
         self.position = int(client["position"])
         return int(client["step"]), list(client["history"])
 
-    def _checkpoint(self, ckpt: Path, step: int, history: list[dict[str, float]]) -> None:
+    def _checkpoint(
+        self, ckpt: Path, step: int, history: list[dict[str, float]], position: int
+    ) -> None:
         client = {
             "step": step,
             "history": history,
-            "position": self.position,
+            "position": position,
             "torch_rng": torch.get_rng_state(),
             "python_rng": self.rng.getstate(),
         }
         checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
+
+
+def pipeline_figures(
+    rollouts: StepData, began: float, ended: float, engine_free: float
+) -> dict[str, float]:
+    """How a step's update [began, ended] and the rollouts the engine ran meanwhile (the
+    next step's when they run ahead, else this step's) shared the time: seconds they
+    overlapped, and seconds the engine sat idle since its previous rollouts ended."""
+    overlap = max(0.0, min(ended, rollouts.ended) - max(began, rollouts.began))
+    return {
+        "time_overlap_s": overlap,
+        "time_engine_idle_s": max(0.0, rollouts.began - engine_free),
+    }
 
 
 def rollout_figures(data: StepData, seconds: float) -> dict[str, float]:
