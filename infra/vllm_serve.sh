@@ -19,9 +19,16 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 export VLLM_SERVER_DEV_MODE=1
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}  # GiB: fits a 24 GiB machine
 python=${VLLM_PYTHON:-$here/.venv-vllm/bin/python}
+cpu_args=()
+if ! { command -v nvidia-smi && nvidia-smi -L; } >/dev/null 2>&1; then
+  # vLLM 0.32 on CPU: a seeded request whose prefill is split across scheduler steps
+  # crashes the engine ("CPU Generator does not use offset"): schedule whole prompts only
+  # (the budget must hold the longest one; it also sizes the warm-up run)
+  cpu_args=(--no-enable-chunked-prefill --max-num-batched-tokens "${VLLM_MAX_BATCHED_TOKENS:-8192}")
+fi
 served=${VLLM_SERVED_DIR:-$(mktemp -d -t vllm-served.XXXXXX)}
 "$python" "$here/agentrl/model/untie.py" "$model" "$served"
 exec "$python" -m vllm.entrypoints.openai.api_server \
   --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
-  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "$@"
+  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "${cpu_args[@]}" "$@"

@@ -29,6 +29,10 @@ def test_repository_params_are_valid() -> None:
             "synth.splits.sft.n: Input should be greater than or equal to 0",
         ),
         (
+            lambda p: p.setdefault("rl", {}).update(max_staleness=-1),
+            "rl.max_staleness: Input should be greater than or equal to 0",
+        ),
+        (
             lambda p: p["synth"]["splits"]["sft"].update(difficulty={"hops": [3, 1]}),
             "synth.splits.sft.difficulty",
         ),

@@ -223,3 +223,11 @@ def test_an_unreachable_rollout_server_fails_the_stage_with_exit_3(project: Path
     ]
     assert "Traceback" not in out
     assert not (project / "models_down" / "rl").exists()
+
+
+def test_running_ahead_needs_an_engine_in_its_own_process() -> None:
+    from agentrl.config import ConfigError
+
+    cfg = RLSection(max_staleness=1)  # refused before any model is touched
+    with pytest.raises(ConfigError, match=r"rl\.max_staleness: 1 needs harness\.engine openai"):
+        RLTrainer(cfg, HarnessSection(), None, None, get_format("hermes"), Registry(), 0, "")

@@ -136,6 +136,17 @@ def end_server(url: str) -> None:
     os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
+def test_seeded_long_prompts_in_one_batch(served: dict) -> None:
+    """Prompts whose prefills together exceed vLLM's default token budget: on CPU a split
+    prefill of a seeded request used to kill the engine (infra/vllm_serve.sh's budget)."""
+    from agentrl.harness.engine import Sampling
+
+    engine = openai_engine(harness_cfg(served["url"]), served["tokenizer"])
+    prompts = [[(7 * i + j) % 900 + 50 for j in range(480)] for i in range(24)]
+    out = engine.generate(prompts, Sampling(8, seed=5))
+    assert len(out) == 24 and all(len(g.ids) == len(g.logprobs) > 0 for g in out)
+
+
 def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path: Path) -> None:
     fmt, tokenizer = get_format("hermes"), served["tokenizer"]
     model, _ = load_model_dir(served["home"] / "sft", fmt)

@@ -79,6 +79,11 @@ class RLTrainer:
     ):
         import deepspeed
 
+        if cfg.max_staleness and harness_cfg.engine != "openai":
+            raise ConfigError(
+                f"rl.max_staleness: {cfg.max_staleness} needs harness.engine openai: the "
+                "engine must run in its own process while the trainer updates"
+            )
         self.cfg, self.seed, self.fingerprint = cfg, seed, fingerprint
         self.rank, self.world = setup_distributed()
         if cfg.threads:
@@ -109,11 +114,6 @@ class RLTrainer:
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
             cfg.mismatch, cfg.mismatch_cap,
         )  # fmt: skip
-        if cfg.max_staleness and harness_cfg.engine != "openai":
-            raise ConfigError(
-                f"rl.max_staleness: {cfg.max_staleness} needs harness.engine openai: the "
-                "engine must run in its own process while the trainer updates"
-            )
         self.rng = random.Random(seed)
         # rollouts ahead of the update draw their random rewards from their own stream
         self.rollout_rng = random.Random(seed + 1) if cfg.max_staleness else self.rng
