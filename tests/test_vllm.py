@@ -7,12 +7,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, TINY_MODEL, digit_model, digit_tasks, free_port, http_server
+from conftest import (
+    ROOT,
+    TINY_MODEL,
+    digit_model,
+    digit_tasks,
+    free_port,
+    http_server,
+    project_params,
+    stage_env,
+    write_params,
+)
 
 from agentrl.chat import get_format
 from agentrl.config import HarnessSection, RLSection
@@ -134,6 +145,32 @@ def end_server(url: str) -> None:
         if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
     }  # fmt: skip
     os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+def test_the_rl_stage_runs_through_vllm(served: dict, dataset: Path, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "synth").symlink_to(dataset)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "sft").symlink_to(served["home"] / "sft")
+    params = project_params()
+    params["model"] = VLLM_TINY
+    params["harness"] |= {"engine": "openai", "engine_url": served["url"], "engine_reload": "vllm"}
+    params["rl"] |= {"steps": 2, "dynamic_sampling": False, "max_staleness": 1}
+    write_params(tmp_path / "params.yaml", params)
+    env = stage_env(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    done = subprocess.run([sys.executable, str(ROOT / "stages" / "rl.py")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "rl: the rollout server samples from the trainer's weights" in out
+    assert "rl: 2 steps, resumed from step 0" in out
+    rows = (tmp_path / "plots" / "rl.tsv").read_text().splitlines()
+    header = rows[0].split("\t")
+    assert len(rows) == 3 and [r.split("\t")[header.index("staleness")] for r in rows[1:]] == [
+        "0.0",
+        "1.0",
+    ]
+    assert (tmp_path / "models" / "rl" / "model.safetensors").is_file()
 
 
 def test_seeded_long_prompts_in_one_batch(served: dict) -> None:
