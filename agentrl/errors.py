@@ -11,5 +11,5 @@ class ModelError(StageError):
 
 
 class ServerUnreachable(StageError):
-    """A server the stage talks to (the rollout server) does not answer: it may be starting
-    or restarting, so it exits 3 like an unreachable tracking server, which a retry can fix."""
+    """A server the stage talks to (tracking, rollouts) does not answer: it may be starting
+    or restarting, so it exits 3, which a retry can fix."""

@@ -6,8 +6,8 @@ on; a traceback only with ``AGENTRL_DEBUG=1``:
 - 2: bad params, a plugin that does not load (:class:`ConfigError`), a model that is not
   where params or arguments say (:class:`ModelError`): the same error every time;
 - 1: the stage could not produce its outputs (:class:`StageError`);
-- 3: the tracking server or the rollout server is unreachable (:class:`TrackingUnavailable`,
-  :class:`ServerUnreachable`): may pass on retry.
+- 3: a server the stage needs is unreachable (:class:`ServerUnreachable`: the tracking
+  server, the rollout server): may pass on retry.
 
 Anything else is a bug and keeps Python's traceback (exit 1).
 """
@@ -22,18 +22,16 @@ from contextlib import contextmanager
 
 from agentrl.config import ConfigError
 from agentrl.errors import ModelError, ServerUnreachable, StageError
-from agentrl.tracking import TrackingUnavailable
 
 EXIT_STAGE_FAILED = 1
 EXIT_BAD_PARAMS = 2
-EXIT_NO_TRACKING = 3  # or no rollout server
+EXIT_UNREACHABLE = 3
 # first match wins: subclasses before their bases
 EXIT_CODES: dict[type[Exception], int] = {
     ConfigError: EXIT_BAD_PARAMS,
     ModelError: EXIT_BAD_PARAMS,
-    ServerUnreachable: EXIT_NO_TRACKING,
+    ServerUnreachable: EXIT_UNREACHABLE,
     StageError: EXIT_STAGE_FAILED,
-    TrackingUnavailable: EXIT_NO_TRACKING,
 }
 DEBUG_ENV = "AGENTRL_DEBUG"
 

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.config import TrackingSection, digest
+from agentrl.errors import ServerUnreachable
 
 PARENT_ENV = "AGENTRL_PIPELINE_RUN_ID"
 LINEAGE_TAG = "lineage."
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(ServerUnreachable):
     """The tracking server cannot be reached; raised before a stage does any work."""
 
 

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentrl.profiles import merge  # noqa: E402
+from agentrl.tracking import flatten  # noqa: E402
 
 # the smoke profile's model, on sizes that finish in minutes
 SHRINK: dict[str, Any] = {
@@ -71,8 +72,16 @@ AVX2_TWO_THREADS = {
 }
 
 
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "agentrl", "GIT_AUTHOR_EMAIL": "agentrl@localhost",
+    "GIT_COMMITTER_NAME": "agentrl", "GIT_COMMITTER_EMAIL": "agentrl@localhost",
+}  # fmt: skip
+
+
 def run(repo: Path, *command: str, env: dict[str, str]) -> None:
-    result = subprocess.run(command, cwd=repo, env=os.environ | env, capture_output=True, text=True)
+    tools = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # dvc beside python
+    env = os.environ | GIT_IDENTITY | {"PATH": tools, "PYTHONPATH": str(repo)} | env
+    result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
     if result.returncode:
         sys.exit(
             f"{repo}: {' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
@@ -80,6 +89,8 @@ def run(repo: Path, *command: str, env: dict[str, str]) -> None:
 
 
 def make_repo(root: Path, params: dict[str, Any]) -> Path:
+    """A git + DVC repository at ``root`` holding a copy of the project with ``params``
+    (tests/test_bitwise.py builds its two clean clones with it too)."""
     root.mkdir(parents=True)
     for name in ("agentrl", "stages"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -92,24 +103,20 @@ def make_repo(root: Path, params: dict[str, Any]) -> Path:
     return root
 
 
-def flat(obj: Any, prefix: str = "") -> dict[str, float]:
-    if isinstance(obj, dict):
-        return {
-            k: v for key, value in obj.items() for k, v in flat(value, f"{prefix}{key}.").items()
-        }
-    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        return {prefix.rstrip("."): float(obj)}
-    return {}
-
-
 def metrics(repo: Path) -> dict[str, float]:
+    """Every number in ``repo``'s metrics files, by dotted key."""
     found: dict[str, float] = {}
     for path in sorted((repo / "metrics").glob("*.json")):
-        found |= flat(json.loads(path.read_text()), f"{path.stem}.")
-    return found
+        found |= flatten(json.loads(path.read_text()), f"{path.stem}.")
+    return {
+        k: float(v)
+        for k, v in found.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def locked(repo: Path) -> dict[str, dict[str, str]]:
+    """Every stage's outputs as locked: path -> md5 (directories: the hash of their listing)."""
     lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
     return {stage: {o["path"]: o["md5"] for o in entry["outs"]} for stage, entry in lock.items()}
 

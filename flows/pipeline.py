@@ -32,7 +32,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from agentrl.config import load_params
-from agentrl.stage import EXIT_NO_TRACKING
+from agentrl.stage import EXIT_UNREACHABLE
 from agentrl.tracking import PARENT_ENV, flatten, stage_run
 
 HEADLINE = ("loss", "eval_loss", "reward_mean", "grounded_success", "tool_call_validity",
@@ -93,7 +93,7 @@ def retry_can_fix(task: Any, task_run: Any, state: Any) -> bool:
     try:
         state.result()
     except StageFailed as err:
-        return err.code == EXIT_NO_TRACKING or err.code < 0 or err.code > 128
+        return err.code == EXIT_UNREACHABLE or err.code < 0 or err.code > 128
     except Exception:
         return False
     return False

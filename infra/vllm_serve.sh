@@ -26,9 +26,23 @@ if ! { command -v nvidia-smi && nvidia-smi -L; } >/dev/null 2>&1; then
   # (the budget must hold the longest one; it also sizes the warm-up run)
   cpu_args=(--no-enable-chunked-prefill --max-num-batched-tokens "${VLLM_MAX_BATCHED_TOKENS:-8192}")
 fi
-served=${VLLM_SERVED_DIR:-$(mktemp -d -t vllm-served.XXXXXX)}
+# the untied copy: VLLM_SERVED_DIR, or a temporary directory removed when the server ends
+served=${VLLM_SERVED_DIR:-}
+if [ -z "$served" ]; then
+  served=$(mktemp -d -t vllm-served.XXXXXX)
+  trap 'rm -rf "$served"' EXIT
+fi
 "$python" "$here/agentrl/model/untie.py" "$model" "$served"
-exec "$python" -m vllm.entrypoints.openai.api_server \
+"$python" -m vllm.entrypoints.openai.api_server \
   --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
-  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "${cpu_args[@]}" "$@"
+  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "${cpu_args[@]}" "$@" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null' TERM INT
+status=0
+wait "$server" || status=$?
+if kill -0 "$server" 2>/dev/null; then  # a signal ended the first wait: let vLLM finish
+  status=0
+  wait "$server" || status=$?
+fi
+exit "$status"

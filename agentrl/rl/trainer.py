@@ -135,8 +135,9 @@ class RLTrainer:
         """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
         whose rewards are all equal at most ``max_resample`` times (dynamic sampling)."""
         cfg = self.cfg
-        data = StepData(position_before=self.position, weights_version=self.version)
-        data.began = time.perf_counter()
+        data = StepData(
+            position_before=self.position, weights_version=self.version, began=time.perf_counter()
+        )
         wanted = cfg.tasks_per_step
         for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
             tasks = self._tasks(records, wanted if attempt == 0 else wanted - data.groups)

@@ -65,14 +65,14 @@ def check_served_weights(
     chunk: int,
     tolerance: float,
 ) -> float:
-    """:func:`served_gap`, or :class:`EngineError` when it exceeds ``tolerance`` (rl.sync_tolerance):
-    the server does not serve ``model``."""
+    """:func:`served_gap`, or :class:`EngineError` when it exceeds ``tolerance``
+    (rl.sync_tolerance): the server does not serve ``model``."""
     gap = served_gap(engine, model, tokenizer, fmt, record, chunk)
     if gap > tolerance:
         raise EngineError(
-            f"harness.engine_url: the rollout server does not sample from the weights rl "
-            f"sent it (mean log-prob gap {gap:.3f} > rl.sync_tolerance {tolerance} on a probe): start it "
-            f"with infra/vllm_serve.sh (float32, output head untied) and "
-            f"harness.engine_reload matching the server"
+            "harness.engine_url: the rollout server does not sample from the weights rl sent "
+            f"it (mean log-prob gap {gap:.3f} > rl.sync_tolerance {tolerance} on a probe): "
+            "start it with infra/vllm_serve.sh (float32, output head untied) and set "
+            "harness.engine_reload to match the server"
         )
     return gap
