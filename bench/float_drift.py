@@ -2,6 +2,7 @@
 
     python bench/float_drift.py                  # smoke model, small sizes (~15 min on 2 cores)
     python bench/float_drift.py --keep /tmp/fd   # keep the two repositories to inspect
+    python bench/float_drift.py --against REV    # this code vs REV's, same kernels
 
 On one machine, with the same thread count, every stage is bitwise reproducible
 (tests/test_bitwise.py). Another machine runs other float kernels: a CPU without AVX-512
@@ -16,6 +17,9 @@ with 2 threads would (``ATEN_CPU_CAPABILITY=avx2``, ``MKL_ENABLE_INSTRUCTIONS=AV
 bitwise and, for every metric both runs wrote, the two values and their difference.
 Simplification: the emulated machine is still this CPU, so it shows the x86 kernel and
 thread-count differences, not a GPU's.
+
+With ``--against REV`` the second run is the code of git revision REV (its agentrl, stages,
+dvc.yaml and params) on this machine's kernels: whether a change moved any output or figure.
 """
 
 from __future__ import annotations
@@ -88,19 +92,26 @@ def run(repo: Path, *command: str, env: dict[str, str]) -> None:
         )
 
 
-def make_repo(root: Path, params: dict[str, Any]) -> Path:
-    """A git + DVC repository at ``root`` holding a copy of the project with ``params``
-    (tests/test_bitwise.py builds its two clean clones with it too)."""
+def make_repo(root: Path, params: dict[str, Any], tree: Path = ROOT) -> Path:
+    """A git + DVC repository at ``root`` holding a copy of the project in ``tree`` with
+    ``params`` (tests/test_bitwise.py builds its two clean clones with it too)."""
     root.mkdir(parents=True)
     for name in ("agentrl", "stages"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(tree / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", ".gitignore"):
-        shutil.copy(ROOT / name, root)
+        shutil.copy(tree / name, root)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     for command in (("git", "init", "-q"), ("dvc", "init", "-q"), ("git", "add", "-A"),
                     ("git", "commit", "-qm", "init")):  # fmt: skip
         run(root, *command, env={})
     return root
+
+
+def small_params(tree: Path) -> dict[str, Any]:
+    """``tree``'s params.yaml with its smoke profile and :data:`SHRINK` laid over it."""
+    base = yaml.safe_load((tree / "params.yaml").read_text())
+    smoke = yaml.safe_load((tree / "infra" / "profiles" / "smoke.yaml").read_text())
+    return merge(merge(base, smoke), SHRINK)
 
 
 def metrics(repo: Path) -> dict[str, float]:
@@ -124,16 +135,21 @@ def locked(repo: Path) -> dict[str, dict[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", type=Path, help="build the repositories here and keep them")
+    parser.add_argument("--against", help="a git revision: compare this code with its code")
     args = parser.parse_args()
-    base = yaml.safe_load((ROOT / "params.yaml").read_text())
-    smoke = yaml.safe_load((ROOT / "infra" / "profiles" / "smoke.yaml").read_text())
-    params = merge(merge(base, smoke), SHRINK)
-    two_threads = merge(params, {s: {"threads": 2} for s in ("midtrain", "sft", "rl")})
     where = args.keep or Path(tempfile.mkdtemp(prefix="float_drift-"))
+    params = small_params(ROOT)
+    if args.against:
+        other = where / "against_tree"
+        run(ROOT, "git", "worktree", "add", "--detach", str(other), args.against, env={})
+        runs = (("this", params, NATIVE, ROOT), (args.against, small_params(other), NATIVE, other))
+    else:
+        two_threads = merge(params, {s: {"threads": 2} for s in ("midtrain", "sft", "rl")})
+        runs = (("native", params, NATIVE, ROOT),
+                ("avx2/2thr", two_threads, AVX2_TWO_THREADS, ROOT))  # fmt: skip
     repos = {}
-    for name, run_params, env in (("native", params, NATIVE),
-                                  ("avx2_2threads", two_threads, AVX2_TWO_THREADS)):  # fmt: skip
-        repo = make_repo(where / name, run_params)
+    for name, run_params, env, tree in runs:
+        repo = make_repo(where / f"repo{len(repos)}", run_params, tree)
         started = time.perf_counter()
         run(repo, "dvc", "repro", env=env)
         print(f"{name}: dvc repro {time.perf_counter() - started:.0f} s", flush=True)
@@ -143,9 +159,12 @@ def main() -> None:
         same = all(a[stage][p] == b[stage].get(p) for p in a[stage])
         print(f"{stage:10s} outputs {'bitwise equal' if same else 'differ'}")
     ma, mb = (metrics(r) for r in repos.values())
-    print(f"\n{'metric':60s} {'native':>10s} {'avx2/2thr':>10s} {'|diff|':>10s}")
+    first, second = (name[:10] for name in repos)
+    print(f"\n{'metric':60s} {first:>10s} {second:>10s} {'|diff|':>10s}")
     for key in sorted(set(ma) & set(mb)):
         print(f"{key:60s} {ma[key]:10.4f} {mb[key]:10.4f} {abs(ma[key] - mb[key]):10.4f}")
+    if args.against:
+        run(ROOT, "git", "worktree", "remove", "--force", str(where / "against_tree"), env={})
     if not args.keep:
         shutil.rmtree(where)
 

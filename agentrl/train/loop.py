@@ -51,6 +51,17 @@ def setup_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def end_distributed() -> None:
+    """Every rank waits for rank 0's writes, then the group is torn down in order: a rank
+    that exits while the group lives can abort in its teardown ("terminate called without
+    an active exception": a 2-process CPU run under load, once)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def ds_config(
     micro_batch: int,
     grad_accum: int,

@@ -24,7 +24,7 @@ from agentrl.model.lora import apply_lora, format_token_ids, merged
 from agentrl.outputs import write_metrics, write_plot
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.data import build_examples, is_heldout, pack
-from agentrl.train.loop import Trainer
+from agentrl.train.loop import Trainer, end_distributed
 
 PLOT_COLUMNS = (
     "step",
@@ -147,4 +147,5 @@ def train_stage(
                 run.record_output(tmp)
             write_metrics(Path(paths.metrics) / f"{stage}.json", metrics)
             write_plot(Path(paths.plots) / f"{stage}.tsv", result.history, PLOT_COLUMNS)
-        return metrics
+    end_distributed()
+    return metrics
