@@ -143,6 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     os.sched_setaffinity(0, {0})
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    (args.project / "checkpoints").mkdir(exist_ok=True)
     started = time.perf_counter()
     server = start_vllm(args.project / "models" / args.model, args.port,
                         args.project / "checkpoints" / "vllm_bench.log")  # fmt: skip
