@@ -9,7 +9,8 @@ saved model: the init stage's ``base`` or the sft stage's ``sft``). The script s
 on that model through infra/vllm_serve.sh pinned to core 1, pins itself (the trainer) to
 core 0, and runs ``--steps`` rl steps at ``rl.max_staleness`` 0 and then 1, from the same
 weights and seed. It prints, per step: wall seconds, rollout / update / sync / overlap /
-idle seconds, staleness and the rollout-trainer log-prob gap; then the ratio of the mean
+idle seconds, staleness and the rollout-trainer log-prob gap; after each run, how far the
+log-probs the server gives are from the trainer's final weights and from the start; then the ratio of the mean
 step times, the first step of each run excluded (both roll it out in turn). After each
 run the server holds its final weights: the script scores them on the held-out splits
 (``--eval-splits``: tasks and tools the rl stage never trains on; ``eval.tasks`` tasks x
@@ -48,6 +49,7 @@ from agentrl.harness.build import openai_engine  # noqa: E402
 from agentrl.harness.engine import Engine  # noqa: E402
 from agentrl.model.build import load_model_dir  # noqa: E402
 from agentrl.rl.trainer import RLTrainer  # noqa: E402
+from agentrl.rl.weight_sync import served_gap  # noqa: E402
 from agentrl.stats import wilson  # noqa: E402
 
 SHOWN = ("time_rollout_s", "time_update_s", "time_sync_s", "time_overlap_s",
@@ -100,7 +102,10 @@ def run(
     def log(step: int, metrics: dict) -> None:
         walls.append(time.perf_counter() - tick[0])
         tick[0] = time.perf_counter()
-        shown = " ".join(f"{k.removeprefix('time_')}={metrics.get(k, 0):.3f}" for k in SHOWN)
+        shown = " ".join(
+            f"{k.removeprefix('time_')}={metrics.get(k, 0):{'.2e' if 'gap' in k else '.3f'}}"
+            for k in SHOWN
+        )
         print(
             f"seed {seed} staleness {staleness} step {step}: wall={walls[-1]:.1f} {shown}",
             flush=True,
@@ -109,6 +114,14 @@ def run(
     ckpt = project / "checkpoints" / f"bench_async_{staleness}"
     subprocess.run(["rm", "-rf", str(ckpt)], check=True)
     _, history, _ = trainer.train(records, ckpt, log)
+    # the server's final weights against the trainer's, and against where the run began
+    chunk = cfg.logprob_chunk
+    final = served_gap(trainer.rollout_engine, trainer.engine.module, tokenizer, fmt, records[0],
+                       chunk)  # fmt: skip
+    start, _ = load_model_dir(project / "models" / model, fmt)
+    moved = served_gap(trainer.rollout_engine, start, tokenizer, fmt, records[0], chunk)
+    print(f"seed {seed} staleness {staleness}: served vs the trainer's final weights "
+          f"{final:.2e}, vs the start weights {moved:.2e}", flush=True)  # fmt: skip
     trainer.harness.close()
     return [h | {"wall_s": w} for h, w in zip(history, walls, strict=True)], heldout_score(
         trainer.rollout_engine, tokenizer, project, splits

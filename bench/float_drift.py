@@ -82,7 +82,8 @@ GIT_IDENTITY = {
 }  # fmt: skip
 
 
-def run(repo: Path, *command: str, env: dict[str, str]) -> None:
+def run(repo: Path, *command: str, env: dict[str, str]) -> str:
+    """``command``'s stdout; the script exits with its output if it fails."""
     tools = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # dvc beside python
     env = os.environ | GIT_IDENTITY | {"PATH": tools, "PYTHONPATH": str(repo)} | env
     result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
@@ -90,6 +91,7 @@ def run(repo: Path, *command: str, env: dict[str, str]) -> None:
         sys.exit(
             f"{repo}: {' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
         )
+    return result.stdout
 
 
 def make_repo(root: Path, params: dict[str, Any], tree: Path = ROOT) -> Path:
