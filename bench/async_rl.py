@@ -83,15 +83,15 @@ def served(harness: HarnessSection, port: int) -> HarnessSection:
 
 
 def run(
-    project: Path, model: str, steps: int, staleness: int, seed: int, port: int, splits: list[str]
+    project: Path, model: str, rl: dict[str, Any], seed: int, port: int, splits: list[str]
 ) -> tuple[list[dict], tuple[int, int]]:
-    """One rl run from ``model``: its per-step history and held-out (grounded wins, episodes)."""
+    """One rl run from ``model`` with ``rl`` laid over the params' rl section: its per-step
+    history and held-out (grounded wins, episodes)."""
     params = load_params(project / "params.yaml")
     fmt = get_format(params.model.format)
     harness = served(params.harness, port)
-    cfg = params.rl.model_copy(
-        update={"steps": steps, "max_staleness": staleness, "threads": 1, "dynamic_sampling": False}
-    )
+    cfg = params.rl.model_copy(update=rl | {"threads": 1, "dynamic_sampling": False})
+    staleness = cfg.max_staleness
     weights, tokenizer = load_model_dir(project / "models" / model, fmt)
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     records = list(iter_records(project / "data" / "synth", "rl"))
@@ -151,6 +151,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--lr", type=float, default=None, help="rl.lr of both (default: params')")
     parser.add_argument("--baseline", action="store_true", help="score --model before rl too")
     parser.add_argument("--eval-splits", nargs="+", default=["heldout_tools", "heldout_compose"])
     args = parser.parse_args()
@@ -174,8 +175,11 @@ def main() -> None:
                   f"[{rate.low:.3f}, {rate.high:.3f}] ({wins}/{n})", flush=True)  # fmt: skip
         for seed in args.seeds:
             for staleness in (0, 1):
-                runs[staleness].append(run(args.project, args.model, args.steps, staleness, seed,
-                                           args.port, args.eval_splits))  # fmt: skip
+                rl = {"steps": args.steps, "max_staleness": staleness}
+                rl |= {"lr": args.lr} if args.lr is not None else {}
+                runs[staleness].append(
+                    run(args.project, args.model, rl, seed, args.port, args.eval_splits)
+                )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
     walls = {k: fmean(h["wall_s"] for hist, _ in v for h in hist[1:]) for k, v in runs.items()}
