@@ -4,6 +4,7 @@ run. Skipped, with the reason, only where the vLLM venv cannot be built."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,12 +57,20 @@ def served(
     model, tokenizer = digit_model(dataset, VLLM_TINY)
     model.save_pretrained(home / "sft")
     tokenizer.save_pretrained(home / "sft")
+    with vllm_server(vllm_python, home / "sft", home) as url:
+        yield {"url": url, "home": home, "model": model, "tokenizer": tokenizer,
+               "python": vllm_python}  # fmt: skip
+
+
+@contextlib.contextmanager
+def vllm_server(vllm_python: Path, model_dir: Path, home: Path) -> Iterator[str]:
+    """vLLM serving ``model_dir`` through infra/vllm_serve.sh, its files under ``home``."""
     port = free_port()
-    command = [str(ROOT / "infra" / "vllm_serve.sh"), str(home / "sft"), str(port)]
+    command = [str(ROOT / "infra" / "vllm_serve.sh"), str(model_dir), str(port)]
     env = os.environ | {"VLLM_PYTHON": str(vllm_python), "VLLM_SERVED_DIR": str(home / "served")}
     url = f"http://127.0.0.1:{port}"
     with http_server(command, home / "vllm.log", url, "vLLM", timeout_s=600, env=env):
-        yield {"url": url, "home": home, "model": model, "tokenizer": tokenizer}
+        yield url
 
 
 def harness_cfg(url: str) -> HarnessSection:
@@ -182,6 +191,21 @@ def test_seeded_long_prompts_in_one_batch(served: dict) -> None:
     prompts = [[(7 * i + j) % 900 + 50 for j in range(480)] for i in range(24)]
     out = engine.generate(prompts, Sampling(8, seed=5))
     assert len(out) == 24 and all(len(g.ids) == len(g.logprobs) > 0 for g in out)
+
+
+def test_a_reload_that_fails_is_an_error_naming_the_setting(served: dict, tmp_path: Path) -> None:
+    from agentrl.harness.engine import EngineError, Sampling
+
+    # vLLM's engine core does not survive a failed reload_weights: a server of its own
+    with vllm_server(served["python"], served["home"] / "sft", tmp_path) as url:
+        engine = openai_engine(harness_cfg(url), served["tokenizer"])
+        assert engine.generate([[1, 2, 3]], Sampling(4, seed=1))[0].ids
+        with pytest.raises(EngineError, match=r"harness\.engine_reload vllm: .* load .*missing"):
+            engine.load_weights(tmp_path / "missing")
+        # /health still answers, but generating is an error, never an empty episode
+        with pytest.raises(EngineError, match="HTTP 500"):
+            engine.generate([[1, 2, 3]], Sampling(4, seed=1))
+        engine.close()
 
 
 def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path: Path) -> None:

@@ -115,14 +115,25 @@ class OpenAIEngine:
         return out
 
     def load_weights(self, model_dir: Path) -> None:
-        if self.reload == "vllm":
-            path = str(Path(model_dir).resolve())
-            self._call(
-                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}
-            )
-            self._call("/reset_prefix_cache", {})
-        else:
-            self._call("/update_weights_from_disk", {"model_path": str(Path(model_dir).resolve())})
+        path = str(Path(model_dir).resolve())
+        try:
+            if self.reload == "vllm":
+                rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+                self._call("/collective_rpc", rpc)
+                self._call("/reset_prefix_cache", {})
+            else:
+                self._call("/update_weights_from_disk", {"model_path": path})
+        except EngineUnreachable:
+            raise
+        except EngineError as err:
+            # vLLM's engine core ends with a failed reload_weights while /health still answers
+            after = ""
+            if self.reload == "vllm":
+                after = "; vLLM's engine does not survive this: restart the server"
+            raise EngineError(
+                f"harness.engine_reload {self.reload}: the server at {self.base_url} could not "
+                f"load the weights in {path}: {err}{after}"
+            ) from err
 
     def close(self) -> None:
         self.client.close()
