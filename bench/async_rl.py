@@ -4,18 +4,19 @@ trainer each on one core.
     make vllm
     python bench/async_rl.py --project . --model sft --steps 4 --seeds 0 1 --baseline
 
-DIR holds a params.yaml, data/synth (the synth stage's output) and models/<model> (a
+PROJECT holds a params.yaml, data/synth (the synth stage's output) and models/<model> (a
 saved model: the init stage's ``base`` or the sft stage's ``sft``). The script starts vLLM
 on that model through infra/vllm_serve.sh pinned to core 1, pins itself (the trainer) to
 core 0, and runs ``--steps`` rl steps at ``rl.max_staleness`` 0 and then 1, from the same
 weights and seed. It prints, per step: wall seconds, rollout / update / sync / overlap /
 idle seconds, staleness and the rollout-trainer log-prob gap; after each run, how far the
-log-probs the server gives are from the trainer's final weights and from the start; then the ratio of the mean
-step times, the first step of each run excluded (both roll it out in turn). After each
-run the server holds its final weights: the script scores them on the held-out splits
-(``--eval-splits``: tasks and tools the rl stage never trains on; ``eval.tasks`` tasks x
-``eval.samples`` episodes each, the eval stage's sampled variant) and prints grounded success
-with a 95 % Wilson interval per run and per staleness pooled over ``--seeds``.
+server's log-probs are from the trainer's final weights and from the start weights; then
+the ratio of the mean step times, the first step of each run excluded (both roll it out in
+turn); ``--lr`` runs both at another rl.lr. After each run the server holds its final
+weights: the script scores them on the held-out splits (``--eval-splits``: tasks and tools
+the rl stage never trains on; ``eval.tasks`` tasks x ``eval.samples`` episodes each, the
+eval stage's sampled variant) and prints grounded success with a 95 % Wilson interval per
+run and per staleness pooled over ``--seeds``.
 
 Simplifications: the trainer runs in this process (RLTrainer, as the rl stage builds it)
 without MLflow or DVC; rl.threads is forced to 1 (one core); dynamic sampling is off, so
