@@ -193,6 +193,21 @@ def test_seeded_long_prompts_in_one_batch(served: dict) -> None:
     assert len(out) == 24 and all(len(g.ids) == len(g.logprobs) > 0 for g in out)
 
 
+def test_a_groups_identical_prompts_sample_distinct_reproducible_completions(
+    served: dict,
+) -> None:
+    """vLLM applies a request's seed to each of its prompts: one request for a group's G
+    identical prompts gave one completion G times, and no group had any signal."""
+    from agentrl.harness.engine import Sampling
+
+    engine = openai_engine(harness_cfg(served["url"]), served["tokenizer"])
+    group = [[5, 6, 7, 8]] * 8
+    first = [tuple(g.ids) for g in engine.generate(group, Sampling(8, temperature=1.0, seed=3))]
+    again = [tuple(g.ids) for g in engine.generate(group, Sampling(8, temperature=1.0, seed=3))]
+    assert first == again and len(set(first)) > 4, first
+    engine.close()
+
+
 def test_a_reload_that_fails_is_an_error_naming_the_setting(served: dict, tmp_path: Path) -> None:
     from agentrl.harness.engine import EngineError, Sampling
 

@@ -1,8 +1,12 @@
 """An engine over HTTP: any OpenAI-compatible ``/v1/completions`` endpoint that takes token
 ids in and gives token ids and log-probs out — ``vllm serve``, SGLang, or ``agentrl serve``.
 
-One harness turn is one request: every live episode's prompt as a list of token ids
-(``prompt: [[ids], [ids], ...]``), so the server batches them. The reply must carry the
+Against ``agentrl serve`` one harness turn is one request: every live episode's prompt as
+a list of token ids (``prompt: [[ids], [ids], ...]``), its rows sampled from one seeded
+generator. vLLM and SGLang apply a request's ``seed`` to each of its prompts alike, so
+there every prompt goes as its own request, seeded ``seed + row``, all at once (the server
+batches them): otherwise a GRPO group's G identical prompts would sample one completion G
+times and every group would carry no signal. The reply must carry the
 generated ids; they are read from ``choices[i].token_ids`` (vLLM's ``return_token_ids``,
 and ``agentrl serve``) or else from ``"token_id:N"`` strings in ``logprobs.tokens``
 (vLLM's ``return_tokens_as_token_ids``). Text is never re-tokenized. Log-probs are the
@@ -21,6 +25,7 @@ New weights between RL steps (``load_weights``), by ``reload``:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +66,9 @@ class OpenAIEngine:
         self.reload = reload
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
+        # vLLM and SGLang seed every prompt of a request alike (module docstring)
+        self.seed_per_prompt = reload != "agentrl"
+        self.pool = ThreadPoolExecutor(32, "completions")
 
     @retry(
         retry=retry_if_exception_type(httpx.TransportError),
@@ -86,11 +94,9 @@ class OpenAIEngine:
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
         body = {
             "model": self.model,
-            "prompt": prompts,
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "seed": sampling.seed,
             "logprobs": 0,  # the sampled token's log-prob only
             "stop_token_ids": [self.stop_id],
             "skip_special_tokens": False,
@@ -100,9 +106,14 @@ class OpenAIEngine:
         }
         if sampling.stop:
             body["stop"] = list(sampling.stop)
-        choices = sorted(self._call("/v1/completions", body)["choices"], key=lambda c: c["index"])
-        if len(choices) != len(prompts):
-            raise EngineError(f"asked for {len(prompts)} completions, got {len(choices)}")
+        if self.seed_per_prompt and len(prompts) > 1:
+            rows = range(len(prompts))
+            replies = self.pool.map(
+                lambda i: self._complete(body, [prompts[i]], sampling.seed + i), rows
+            )
+            choices = [choice for reply in replies for choice in reply]
+        else:
+            choices = self._complete(body, prompts, sampling.seed)
         out = []
         for choice in choices:
             ids = _generated_ids(choice)
@@ -113,6 +124,14 @@ class OpenAIEngine:
             # then inserts <|im_end|> itself, outside the loss mask.
             out.append(Generation(ids, logprobs, stopped=bool(ids) and ids[-1] == self.stop_id))
         return out
+
+    def _complete(self, body: dict[str, Any], prompts: list[list[int]], seed: int) -> list[dict]:
+        """The choices of one /v1/completions request for ``prompts``, in prompt order."""
+        reply = self._call("/v1/completions", body | {"prompt": prompts, "seed": seed})
+        choices = sorted(reply["choices"], key=lambda c: c["index"])
+        if len(choices) != len(prompts):
+            raise EngineError(f"asked for {len(prompts)} completions, got {len(choices)}")
+        return choices
 
     def load_weights(self, model_dir: Path) -> None:
         path = str(Path(model_dir).resolve())
@@ -136,4 +155,5 @@ class OpenAIEngine:
             ) from err
 
     def close(self) -> None:
+        self.pool.shutdown()
         self.client.close()
