@@ -3,10 +3,11 @@ ids in and gives token ids and log-probs out — ``vllm serve``, SGLang, or ``ag
 
 Against ``agentrl serve`` one harness turn is one request: every live episode's prompt as
 a list of token ids (``prompt: [[ids], [ids], ...]``), its rows sampled from one seeded
-generator. vLLM and SGLang apply a request's ``seed`` to each of its prompts alike, so
-there every prompt goes as its own request, seeded ``seed + row``, all at once (the server
-batches them): otherwise a GRPO group's G identical prompts would sample one completion G
-times and every group would carry no signal. The reply must carry the
+generator. vLLM applies a request's ``seed`` to each of its prompts alike, so there every
+prompt goes as its own request, seeded ``seed + row``, all at once (the server batches
+them): otherwise a GRPO group's G identical prompts would sample one completion G times and
+every group would carry no signal. SGLang gets the same (untested here; right for any
+server that batches concurrent requests). The reply must carry the
 generated ids; they are read from ``choices[i].token_ids`` (vLLM's ``return_token_ids``,
 and ``agentrl serve``) or else from ``"token_id:N"`` strings in ``logprobs.tokens``
 (vLLM's ``return_tokens_as_token_ids``). Text is never re-tokenized. Log-probs are the
@@ -66,7 +67,7 @@ class OpenAIEngine:
         self.reload = reload
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=timeout_s, headers=headers)
-        # vLLM and SGLang seed every prompt of a request alike (module docstring)
+        # vLLM seeds every prompt of a request alike (module docstring)
         self.seed_per_prompt = reload != "agentrl"
         self.pool = ThreadPoolExecutor(32, "completions")
 
