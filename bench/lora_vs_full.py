@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rl_study import run_params  # run directories as the learning study makes them
@@ -61,19 +62,24 @@ def main() -> None:
     (args.out / "lora_vs_full.json").write_text(json.dumps(results, indent=1))
 
 
-def logged_tokens_per_s(uri: str) -> float:
-    """The sft run's throughput: a wall-clock figure, so in MLflow, not metrics/sft.json."""
+def newest_stage_run(uri: str, stage: str) -> Any:
+    """The newest MLflow run of ``stage`` in the store at ``uri``."""
     import mlflow
 
     mlflow.set_tracking_uri(uri)
     (run,) = mlflow.search_runs(
         search_all_experiments=True,
-        filter_string="tags.stage = 'sft'",
+        filter_string=f"tags.stage = '{stage}'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
         output_format="list",
     )
-    return run.data.metrics["tokens_per_s"]
+    return run
+
+
+def logged_tokens_per_s(uri: str) -> float:
+    """The sft run's throughput: a wall-clock figure, so in MLflow, not metrics/sft.json."""
+    return newest_stage_run(uri, "sft").data.metrics["tokens_per_s"]
 
 
 if __name__ == "__main__":

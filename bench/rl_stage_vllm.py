@@ -22,7 +22,6 @@ reproduced, so the scratch repository's dvc.lock holds the rl stage only.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -40,8 +39,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from async_rl import start_vllm  # noqa: E402
 from float_drift import make_repo, run  # noqa: E402
+from lora_vs_full import newest_stage_run  # noqa: E402
 
 from agentrl.profiles import merge  # noqa: E402
+from agentrl.report.figures import read_tsv  # noqa: E402
 
 SHOWN = ("staleness", "groups", "zero_variance_share", "grounded_success",
          "rollout_train_logp_gap", "is_weight_mean", "clip_frac_high")  # fmt: skip
@@ -52,16 +53,9 @@ def logged_history(uri: str) -> dict[str, dict[int, float]]:
     """The newest rl run's wall-clock figures: name -> step -> value."""
     import mlflow
 
-    mlflow.set_tracking_uri(uri)
-    (found,) = mlflow.search_runs(
-        search_all_experiments=True, filter_string="tags.stage = 'rl'",
-        order_by=["attributes.start_time DESC"], max_results=1, output_format="list",
-    )  # fmt: skip
+    run_id = newest_stage_run(uri, "rl").info.run_id
     client = mlflow.MlflowClient(uri)
-    return {
-        key: {m.step: m.value for m in client.get_metric_history(found.info.run_id, key)}
-        for key in TIMED
-    }
+    return {key: {m.step: m.value for m in client.get_metric_history(run_id, key)} for key in TIMED}
 
 
 def main() -> None:
@@ -75,7 +69,7 @@ def main() -> None:
     project = args.project.resolve()
     params = yaml.safe_load((project / "params.yaml").read_text())
     paths = params["base"]["paths"]
-    rl: dict = {"max_staleness": args.staleness, "threads": 1}
+    rl: dict[str, int] = {"max_staleness": args.staleness, "threads": 1}
     if args.steps is not None:
         rl["steps"] = args.steps
     served = {"engine": "openai", "engine_url": f"http://127.0.0.1:{args.port}",
@@ -98,12 +92,11 @@ def main() -> None:
         print("".join(line for line in out.splitlines(True) if line.startswith("rl:")), end="")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
-    with (repo / paths["plots"] / "rl.tsv").open() as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t"))
+    rows = read_tsv(repo / paths["plots"] / "rl.tsv")
     timed = logged_history(f"sqlite:///{repo / 'mlflow.db'}")
     for row in rows:
         step = int(row["step"])
-        shown = " ".join(f"{k}={float(row[k] or 'nan'):.4g}" for k in SHOWN)
+        shown = " ".join(f"{k}={row.get(k, float('nan')):.4g}" for k in SHOWN)
         clock = " ".join(f"{k.removeprefix('time_')}={timed[k].get(step, float('nan')):.1f}"
                          for k in TIMED)  # fmt: skip
         print(f"step {step}: {shown} {clock}")
