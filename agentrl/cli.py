@@ -116,8 +116,10 @@ def rollout(
     from agentrl.harness.build import build_engine
     from agentrl.harness.loop import Harness
     from agentrl.harness.metrics import summarize
+    from agentrl.precision import stage_precision
 
     cfg = _params(path)
+    precision = stage_precision(cfg.base.precision, str(path))
     overrides = {
         "context": context,
         "engine": engine,
@@ -134,7 +136,7 @@ def rollout(
     fmt = get_format(cfg.model.format)
     registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, str(path))
     records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
-    policy_engine, tokenizer = build_engine(harness_cfg, model, fmt)
+    policy_engine, tokenizer = build_engine(harness_cfg, model, fmt, precision)
     torch.manual_seed(cfg.base.seed)
     harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)
     try:
@@ -162,10 +164,12 @@ def serve(
     from agentrl.chat import get_format
     from agentrl.harness.engine import HFEngine
     from agentrl.model.build import load_model_dir
+    from agentrl.precision import DTYPES, stage_precision
     from agentrl.serve import build_app
 
     cfg = _params(path)
-    policy, tokenizer = load_model_dir(model, get_format(cfg.model.format))
+    precision = stage_precision(cfg.base.precision, str(path))
+    policy, tokenizer = load_model_dir(model, get_format(cfg.model.format), DTYPES[precision])
     served = name or cfg.harness.engine_model
     limit = policy.config.max_position_embeddings
     app_ = build_app(HFEngine(policy, tokenizer), tokenizer, served, limit)

@@ -74,6 +74,16 @@ class BaseSection(Strict):
     """Settings every stage shares."""
 
     seed: int = Field(0, description="Root seed; every random draw of every stage derives from it.")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="Arithmetic of every stage that runs the model (midtrain, sft, rl, eval). "
+        "bf16: training autocasts its forward to bfloat16 over float32 master weights and "
+        "optimizer state (log-probs, losses and ratios stay float32; on a GPU DeepSpeed's bf16 "
+        "mode), generation runs bf16 weights. auto: bf16 where the hardware has it natively (a "
+        "CPU with avx512_bf16 or amx_bf16, a GPU with bf16), else fp32; a forced bf16 without "
+        "it is an error (emulated bf16 is slower than fp32). The resolved value is logged as "
+        "the MLflow param `precision`.",
+    )
     paths: Paths = Paths()
 
 

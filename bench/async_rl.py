@@ -96,7 +96,8 @@ def run(
     weights, tokenizer = load_model_dir(project / "models" / model, fmt)
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     records = list(iter_records(project / "data" / "synth", "rl"))
-    trainer = RLTrainer(cfg, harness, weights, tokenizer, fmt, registry, seed, "b")
+    # the server runs float32 (infra/vllm_serve.sh's default): so does the trainer
+    trainer = RLTrainer(cfg, harness, weights, tokenizer, fmt, registry, seed, "b", "fp32")
     walls: list[float] = []
     tick = [time.perf_counter()]
 
@@ -118,9 +119,9 @@ def run(
     # the server's final weights against the trainer's, and against where the run began
     chunk = cfg.logprob_chunk
     final = served_gap(trainer.rollout_engine, trainer.engine.module, tokenizer, fmt, records[0],
-                       chunk)  # fmt: skip
+                       chunk, "fp32")  # fmt: skip
     start, _ = load_model_dir(project / "models" / model, fmt)
-    moved = served_gap(trainer.rollout_engine, start, tokenizer, fmt, records[0], chunk)
+    moved = served_gap(trainer.rollout_engine, start, tokenizer, fmt, records[0], chunk, "fp32")
     print(f"seed {seed} staleness {staleness}: served vs the trainer's final weights "
           f"{final:.2e}, vs the start weights {moved:.2e}", flush=True)  # fmt: skip
     trainer.harness.close()

@@ -65,7 +65,7 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
 
     trainer = Trainer(
-        cfg.model_copy(update={"grad_accum": 1}), model, tokenizer.pad_token_id, 0, "bench"
+        cfg.model_copy(update={"grad_accum": 1}), model, tokenizer.pad_token_id, 0, "bench", "fp32"
     )
 
     def ds_step() -> None:

@@ -3,6 +3,8 @@ tool task, same group size, batch and lengths, both on this CPU.
 
     pip install -e '.[bench]'                 # TRL and its datasets/accelerate, bench only
     python bench/trl_compare.py               # models/sft, 8 tasks x G=8, 128 new tokens, 4 steps
+    python bench/trl_compare.py --precision fp32  # both sides in float32 (default: both bf16
+                                                  # where the CPU has it, TRL's bf16=True)
 
 The task is the first turn of `eval/test` tasks (prompt: the rendered system + user turn
 with its tools). TRL is rewarded for a valid tool call (parsed against the offered
@@ -26,6 +28,7 @@ from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import Registry
 from agentrl.model.build import load_model_dir
+from agentrl.precision import stage_precision
 from agentrl.rl.trainer import RLTrainer
 
 
@@ -68,7 +71,7 @@ def trl_step_seconds(args, records, fmt) -> list[float]:
         beta=0.0,
         temperature=1.0,
         use_cpu=True,
-        bf16=False,
+        bf16=args.precision == "bf16",
         report_to="none",
         logging_steps=1,
         save_strategy="no",
@@ -104,7 +107,7 @@ def our_step_seconds(args, records, fmt, params) -> list[float]:
         update={"max_turns": 1, "max_new_tokens": args.max_new_tokens}
     )
     registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
-    trainer = RLTrainer(rl, harness, model, tokenizer, fmt, registry, 0, "bench")
+    trainer = RLTrainer(rl, harness, model, tokenizer, fmt, registry, 0, "bench", args.precision)
     _, history, _ = trainer.train(records, Path(tempfile.mkdtemp()), lambda *_: None)
     parts = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
     times = [sum(h.get(p, 0.0) for p in parts) for h in history]
@@ -121,8 +124,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
     args = parser.parse_args()
     params = load_params(args.params)
+    args.precision = stage_precision(args.precision, "--precision")
     fmt = get_format(params.model.format)
     records = list(iter_records(Path(params.base.paths.data) / "synth", "test", args.tasks))
     threads = torch.get_num_threads()
@@ -131,7 +136,8 @@ def main() -> None:
     theirs = trl_step_seconds(args, records, fmt)[1:]
     mean_ours, mean_theirs = sum(ours) / len(ours), sum(theirs) / len(theirs)
     print(
-        f"{args.tasks} tasks x G={args.group}, {args.max_new_tokens} new tokens, threads={threads}"
+        f"{args.tasks} tasks x G={args.group}, {args.max_new_tokens} new tokens, "
+        f"threads={threads}, precision {args.precision} on both sides"
     )
     print(f"agentrl rl step: {mean_ours:.2f} s  (steps {', '.join(f'{t:.2f}' for t in ours)})")
     print(f"TRL GRPOTrainer: {mean_theirs:.2f} s  (steps {', '.join(f'{t:.2f}' for t in theirs)})")

@@ -19,6 +19,7 @@ from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import load_registry
 from agentrl.eval.first_turn import first_turn_check
+from agentrl.precision import generation_model, stage_precision
 from agentrl.stage import run_stage
 from agentrl.train.run import train_stage
 
@@ -29,6 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params(args.params)
     check = params.sft.format_check
+    precision = stage_precision(params.base.precision, params.file)
     synth = Path(params.base.paths.data) / "synth"
     registry = load_registry(
         params.synth.envs, params.synth.heldout_tool_share, params.file
@@ -36,10 +38,11 @@ def main() -> None:
 
     def format_check(model: Any, tokenizer: Any, run: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        generator = generation_model(model, precision)
         for split in ("test", "heldout_tools"):
             records = list(iter_records(synth, split, check.samples))
             scores = first_turn_check(
-                model,
+                generator,
                 tokenizer,
                 get_format(params.model.format),
                 registry,

@@ -29,6 +29,22 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
+
+def _native_bf16() -> bool:
+    from agentrl.precision import device_type, native_bf16
+
+    return native_bf16(device_type())
+
+
+# both precisions where this machine has native bf16; fp32 alone elsewhere (forced bf16 is
+# refused there, and emulated bf16 would be slow, not wrong)
+PRECISIONS = [
+    "fp32",
+    pytest.param(
+        "bf16", marks=pytest.mark.skipif(not _native_bf16(), reason="no native bf16 here")
+    ),
+]
+
 SMALL_SPLITS: dict[str, Any] = {
     "midtrain": {
         "n": 60,
@@ -73,7 +89,7 @@ def small_params(**synth_overrides: Any) -> dict[str, Any]:
         "checkpoints": "checkpoints",
     }
     return {
-        "base": {"seed": 7, "paths": paths},
+        "base": {"seed": 7, "precision": "auto", "paths": paths},
         "tracking": {"experiment": "agentrl-tests", "log_samples": 2},
         "synth": synth,
     }

@@ -42,6 +42,10 @@ def test_repository_params_are_valid() -> None:
         ),
         (lambda p: p.update(bogus={}), "bogus: Extra inputs are not permitted"),
         (
+            lambda p: p["base"].update(precision="fp16"),
+            "base.precision: Input should be 'auto', 'fp32' or 'bf16' (got \"fp16\")",
+        ),
+        (
             lambda p: p["synth"].update(teacher={"kind": "openai"}),
             "synth.teacher: Value error, teacher kind 'openai' needs base_url",
         ),

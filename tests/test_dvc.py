@@ -14,6 +14,7 @@ from conftest import repo_ok as _ok
 from conftest import repo_run as _run
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl.precision import device_type, native_bf16, resolve
 from agentrl.tracking import content_digest
 
 
@@ -38,6 +39,14 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
     assert lock["stages"]["synth"]["params"]["params.yaml"]["synth"]["splits"]["test"]["n"] == 30
     shown = _ok(repo, "dvc", "metrics", "show")
     assert all(f"metrics/{name}.json" in shown for name in ("synth", "midtrain", "sft", "rl"))
+    import mlflow
+
+    mlflow.set_tracking_uri(store)
+    here = resolve("auto", device_type(), native_bf16(device_type()))  # base.precision: auto
+    for name in ("midtrain", "sft", "rl"):  # every stage that runs the model logs what it ran
+        assert (
+            mlflow.get_run(producer(store, repo / "models" / name)).data.params["precision"] == here
+        )
 
     again = _ok(repo, "dvc", "repro")
     assert "Running stage" not in again
@@ -159,6 +168,7 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
     mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
     run = mlflow.get_run(eval_run)
     assert run.data.metrics["sft.sampled.test.episodes"] == 4
+    assert run.data.params["precision"] == resolve("auto", "cpu", native_bf16("cpu"))
     assert "bfcl.rl.simple.accuracy" in run.data.metrics
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(eval_run)}
     assert {"eval_table.json", "eval.json", "trajectories"} <= artifacts

@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from conftest import (
+    PRECISIONS,
     ROOT,
     TINY_MODEL,
     digit_model,
@@ -51,7 +52,10 @@ def success_rate(model, tokenizer, fmt, tasks, samples: int) -> float:
     return sum(e.reward for e in episodes) / len(episodes)
 
 
-def test_rl_raises_the_reward_of_a_trivially_learnable_task(dataset: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_rl_raises_the_reward_of_a_trivially_learnable_task(
+    dataset: Path, tmp_path: Path, precision: str
+) -> None:
     fmt = get_format("hermes")
     model, tokenizer = digit_model(dataset, TINY_MODEL)
     tasks = digit_tasks(4, answer=7)
@@ -62,7 +66,7 @@ def test_rl_raises_the_reward_of_a_trivially_learnable_task(dataset: Path, tmp_p
         grounded_only=False, checkpoint_every=100, epochs=2,
     )  # fmt: skip
     harness_cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256)
-    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "digits")
+    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "digits", precision)
     steps, history, resumed = trainer.train(tasks, tmp_path / "ckpt", lambda *_: None)
     trainer.harness.close()
     after = success_rate(trainer.engine.module, tokenizer, fmt, tasks, 32)
@@ -80,7 +84,7 @@ def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: P
     model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=1)
     cfg = RLSection(tasks_per_step=2, group_size=4, mini_batch=4, micro_batch_size=4)
     harness_cfg = HarnessSection(max_turns=1, max_new_tokens=12, context_limit=256)
-    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "shortcut")
+    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "shortcut", "fp32")
     episodes = trainer.harness.run(digit_tasks(2, answer=7), samples=4, seed=3)
     trainer.harness.close()
     per_turn = [[1.0] * len(e.turns) for e in episodes]
@@ -230,4 +234,6 @@ def test_running_ahead_needs_an_engine_in_its_own_process() -> None:
 
     cfg = RLSection(max_staleness=1)  # refused before any model is touched
     with pytest.raises(ConfigError, match=r"rl\.max_staleness: 1 needs harness\.engine openai"):
-        RLTrainer(cfg, HarnessSection(), None, None, get_format("hermes"), Registry(), 0, "")
+        RLTrainer(
+            cfg, HarnessSection(), None, None, get_format("hermes"), Registry(), 0, "", "fp32"
+        )

@@ -88,8 +88,9 @@ def test_every_update_reaches_vllm_and_its_logprobs_become_the_trainers(served: 
         grounded_only=False, checkpoint_every=100, dynamic_sampling=False,
     )  # fmt: skip
     trainer = RLTrainer(
-        cfg, harness_cfg(served["url"]), served["model"], tokenizer, fmt, Registry(), 0, "vllm"
-    )
+        cfg, harness_cfg(served["url"]), served["model"], tokenizer, fmt, Registry(), 0, "vllm",
+        "fp32",
+    )  # fmt: skip
     steps, history, _ = trainer.train(tasks, served["home"] / "ckpt", lambda *_: None)
     assert steps == 2 and all("update_skipped" not in h for h in history), history
     # a group's samples differ: some group has signal (one seed per request made them equal)
@@ -98,9 +99,9 @@ def test_every_update_reaches_vllm_and_its_logprobs_become_the_trainers(served: 
         # the rollouts came from the weights the trainer held: only kernel noise between them
         assert h["time_sync_s"] > 0 and h["rollout_train_logp_gap"] < 1e-3, h
     engine = openai_engine(harness_cfg(served["url"]), tokenizer)
-    trained = served_gap(engine, trainer.engine.module, tokenizer, fmt, tasks[0], 64)
+    trained = served_gap(engine, trainer.engine.module, tokenizer, fmt, tasks[0], 64, "fp32")
     old, _ = load_model_dir(served["home"] / "sft", fmt)
-    before = served_gap(engine, old, tokenizer, fmt, tasks[0], 64)
+    before = served_gap(engine, old, tokenizer, fmt, tasks[0], 64, "fp32")
     print(f"served vs trained {trained:.2e}, served vs the weights before {before:.3f}")
     assert trained < 1e-3 < cfg.sync_tolerance < before
     trainer.harness.close()
@@ -119,7 +120,9 @@ def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
             micro_batch_size=16, grounded_only=False, checkpoint_every=1,
             dynamic_sampling=False, max_staleness=1,
         )  # fmt: skip
-        return RLTrainer(cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "a")
+        return RLTrainer(
+            cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "a", "fp32"
+        )
 
     class Killed(Exception):
         pass
@@ -229,7 +232,9 @@ def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path
     fmt, tokenizer = get_format("hermes"), served["tokenizer"]
     model, _ = load_model_dir(served["home"] / "sft", fmt)
     cfg = RLSection(steps=3, tasks_per_step=2, group_size=2, checkpoint_every=100)
-    trainer = RLTrainer(cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "x")
+    trainer = RLTrainer(
+        cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "x", "fp32"
+    )
     logged: list[int] = []
 
     def after_step(step: int, _: dict) -> None:

@@ -29,6 +29,7 @@ from agentrl.eval.suite import Cell, nest, run_cells
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
 from agentrl.outputs import write_metrics, write_plot
+from agentrl.precision import stage_precision
 from agentrl.tracking import flatten, stage_run
 
 CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
@@ -78,6 +79,8 @@ def write_trajectories(out: Path, cells: list[Cell], bfcl_answers: dict[str, Any
 def eval_stage(params: Params) -> dict[str, Any]:
     cfg, paths = params.eval, params.base.paths
     fmt = get_format(params.model.format)
+    precision = stage_precision(params.base.precision, params.file)
+    print(f"eval: {precision} (base.precision {params.base.precision})")
     dirs = {name: Path(paths.models) / name for name in cfg.checkpoints}
     for name, path in dirs.items():
         if not (path / "config.json").is_file():
@@ -91,6 +94,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
         "eval": params.section_dict("eval"),
         "harness": params.section_dict("harness"),
         "model.format": params.model.format,
+        "precision": precision,
     }
     inputs = dirs | {"eval_data": data / "eval"}
     if cfg.bfcl.categories:
@@ -98,7 +102,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     seed = params.base.seed + cfg.seed
     headline = cfg.variants[0].name
     with stage_run("eval", params.tracking, sections, inputs) as run:
-        engine, tokenizer = build_engine(params.harness, dirs[cfg.checkpoints[0]], fmt)
+        engine, tokenizer = build_engine(params.harness, dirs[cfg.checkpoints[0]], fmt, precision)
         questions = load_questions(bfcl_dir, cfg.bfcl) if cfg.bfcl.categories else {}
         cells: list[Cell] = []
         bfcl: dict[str, Any] = {}

@@ -10,6 +10,7 @@ from agentrl.chat.formats import IM_END
 from agentrl.config import HarnessSection
 from agentrl.harness.engine import Engine, HFEngine
 from agentrl.model.build import load_model_dir, load_tokenizer_dir
+from agentrl.precision import DTYPES, Resolved
 
 
 def openai_engine(cfg: HarnessSection, tokenizer: Any) -> Engine:
@@ -20,11 +21,14 @@ def openai_engine(cfg: HarnessSection, tokenizer: Any) -> Engine:
     return OpenAIEngine(cfg.engine_url, cfg.engine_model, stop_id, cfg.engine_reload)
 
 
-def build_engine(cfg: HarnessSection, model_dir: Path, fmt: ChatFormat) -> tuple[Engine, Any]:
-    """The engine and the tokenizer for ``model_dir``; the openai engine loads no weights
-    here (the server holds them) but renders with the tokenizer saved beside them."""
+def build_engine(
+    cfg: HarnessSection, model_dir: Path, fmt: ChatFormat, precision: Resolved
+) -> tuple[Engine, Any]:
+    """The engine and the tokenizer for ``model_dir``; the hf engine's weights are in
+    ``precision``; the openai engine loads no weights here (the server holds them) but
+    renders with the tokenizer saved beside them."""
     if cfg.engine == "openai":
         tokenizer = load_tokenizer_dir(model_dir, fmt)
         return openai_engine(cfg, tokenizer), tokenizer
-    model, tokenizer = load_model_dir(model_dir, fmt)
+    model, tokenizer = load_model_dir(model_dir, fmt, DTYPES[precision])
     return HFEngine(model, tokenizer), tokenizer

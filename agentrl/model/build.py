@@ -58,13 +58,16 @@ def load_tokenizer_dir(path: Path, fmt: ChatFormat) -> Any:
     return tokenizer
 
 
-def load_model_dir(path: Path, fmt: ChatFormat) -> tuple[PreTrainedModel, Any]:
-    """Load a model saved by a stage; missing files and unfit tokenizers are ModelErrors."""
+def load_model_dir(
+    path: Path, fmt: ChatFormat, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, Any]:
+    """Load a model saved by a stage, its weights in ``dtype`` (float32: the masters a
+    trainer updates); missing files and unfit tokenizers are ModelErrors."""
     if path.is_dir() and not (path / "config.json").is_file():
         raise ModelError(f"{path}: config.json is missing; the directory is not a saved model")
     tokenizer = load_tokenizer_dir(path, fmt)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError, RuntimeError) as err:
         raise ModelError(
             f"{path}: cannot load the model: {str(err).splitlines()[0][:200]}"

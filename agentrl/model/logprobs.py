@@ -27,33 +27,42 @@ def causal_lm(model: Any) -> Any:
 
 
 def _chunk(
-    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    entropy: list[torch.Tensor] | None,
+) -> torch.Tensor:
+    """Log-probs of ``targets``, in float32 whatever the autocast dtype of the head; the
+    entropy (a figure) is appended to ``entropy`` on the first call only, so the recompute
+    of activation checkpointing in backward does not pay for it again."""
     logits = head(hidden).float()
-    logp_all = torch.log_softmax(logits, dim=-1)
-    taken = logp_all.gather(-1, targets[..., None])[..., 0]
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return taken, entropy
+    if entropy is not None and not entropy:
+        with torch.no_grad():
+            logp_all = torch.log_softmax(logits, dim=-1)
+            entropy.append(-(logp_all.exp() * logp_all).sum(-1))
+    return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
 
 
 def head_logprobs(
-    model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``targets`` (batch, tokens) given ``hidden`` (batch, tokens, width), and
-    the entropy there (a figure: detached), computed ``chunk`` positions at a time."""
+    the entropy there (a detached figure; None without ``entropy``: the LM loss and the
+    no-grad passes of rl skip the full-vocabulary exp and product it costs), computed
+    ``chunk`` positions at a time."""
     head = causal_lm(model).get_output_embeddings()
     targets = targets.clamp(min=0)  # ignored positions (-100) are masked by the caller
-    taken, entropy = [], []
+    taken, entropies = [], []
     for start in range(0, hidden.shape[1], chunk):
+        kept: list[torch.Tensor] | None = [] if entropy else None
         # the head module itself, not its weight: peft's trainable tokens wrap it
-        part = (head, hidden[:, start : start + chunk], targets[:, start : start + chunk])
+        part = (head, hidden[:, start : start + chunk], targets[:, start : start + chunk], kept)
         if torch.is_grad_enabled():
-            logp, ent = checkpoint(_chunk, *part, use_reentrant=False)
+            taken.append(checkpoint(_chunk, *part, use_reentrant=False))
         else:
-            logp, ent = _chunk(*part)
-        taken.append(logp)
-        entropy.append(ent.detach())
-    return torch.cat(taken, 1), torch.cat(entropy, 1)
+            taken.append(_chunk(*part))
+        entropies += kept or []
+    return torch.cat(taken, 1), torch.cat(entropies, 1) if entropy else None
 
 
 def decoder_hidden(model: Any, **inputs: Any) -> torch.Tensor:
@@ -67,12 +76,13 @@ def sequence_logprobs(
     attention_mask: torch.Tensor,
     chunk: int,
     position_ids: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every token given the ones before (column t is token t; column 0 is 0)
-    and the entropy of the distribution it was drawn from."""
+    and the entropy of the distribution it was drawn from (None without ``entropy``)."""
     hidden = decoder_hidden(
         model, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
     )
-    taken, entropy = head_logprobs(model, hidden[:, :-1], input_ids[:, 1:], chunk)
+    taken, spread = head_logprobs(model, hidden[:, :-1], input_ids[:, 1:], chunk, entropy)
     zero = torch.zeros_like(taken[:, :1])
-    return torch.cat([zero, taken], 1), torch.cat([zero, entropy], 1)
+    return torch.cat([zero, taken], 1), None if spread is None else torch.cat([zero, spread], 1)

@@ -128,15 +128,20 @@ def build_report(params: Params, stages: dict[str, dict[str, str]], figures: Pat
     return "\n".join(lines)
 
 
+def _precision(m: dict[str, Any]) -> str:
+    return f", in {m['precision']}" if "precision" in m else ""
+
+
 def _stage_summary(stage: str, m: dict[str, Any]) -> str:
     if stage == "rl":
         mean = m.get("mean", {})
         return (f"{m.get('steps')} steps, mean reward {mean.get('reward_mean', 0):.3f}, "
                 f"mean grounded success {mean.get('grounded_success', 0):.3f} ({m.get('advantage')}, "
-                f"reward {m.get('reward')})")  # fmt: skip
+                f"reward {m.get('reward')}){_precision(m)}")  # fmt: skip
     check = m.get("format_check", {})
     extra = f", first-call validity {check['valid']:.3f}" if "valid" in check else ""
-    return f"{m.get('steps')} steps, loss {m.get('loss', 0):.3f}, eval loss {m.get('eval_loss', 0):.3f}{extra}"
+    return (f"{m.get('steps')} steps, loss {m.get('loss', 0):.3f}, eval loss "
+            f"{m.get('eval_loss', 0):.3f}{extra}{_precision(m)}")  # fmt: skip
 
 
 def _strategies(cells: list[dict[str, Any]], params: Params) -> list[str]:

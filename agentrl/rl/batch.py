@@ -79,9 +79,9 @@ def prefix_key(seq: TrainSequence) -> tuple[int, ...]:
 
 
 def shared_token_logprobs(
-    model: object, micro: list[TrainSequence], pad_id: int, chunk: int = 256
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``token_logprobs`` of ``collate(micro)``, with each distinct prompt run once.
+    model: object, micro: list[TrainSequence], pad_id: int, chunk: int = 256, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``sequence_logprobs`` of ``collate(micro)``, with each distinct prompt run once.
 
     The G samples of a task share their first prompt (system, tools, task): its keys and
     values are computed once, with gradient, and expanded to every row that shares it;
@@ -98,7 +98,9 @@ def shared_token_logprobs(
     row_group = [groups.setdefault(prefix_key(s), len(groups)) for s in micro]
     if len(groups) == len(micro) or not all(cut):
         batch = collate(micro, pad_id)
-        return sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], chunk)
+        return sequence_logprobs(
+            model, batch["input_ids"], batch["attention_mask"], chunk, entropy=entropy
+        )
     prefix_ids, prefix_mask = left_pad([list(k) for k in groups], pad_id)
     cache = DynamicCache()
     decoder_hidden(
@@ -126,7 +128,7 @@ def shared_token_logprobs(
         cache=expanded,
         use_cache=True,
     )
-    taken, entropy = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk)
+    taken, spread = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk, entropy)
     width = max(len(s.ids) for s in micro)
 
     def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns
@@ -138,4 +140,4 @@ def shared_token_logprobs(
             )
         return torch.stack(rows)
 
-    return place(taken), place(entropy)
+    return place(taken), None if spread is None else place(spread)

@@ -21,6 +21,7 @@ from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
 from agentrl.outputs import write_metrics, write_plot
+from agentrl.precision import stage_precision
 from agentrl.rl.trainer import RLTrainer
 from agentrl.tracking import content_digest, stage_run
 
@@ -36,6 +37,8 @@ PLOT_COLUMNS = (
 
 def rl_stage(params: Params) -> dict[str, Any]:
     cfg, paths = params.rl, params.base.paths
+    precision = stage_precision(params.base.precision, params.file)
+    print(f"rl: {precision} (base.precision {params.base.precision})")
     fmt = get_format(params.model.format)
     source = Path(paths.models) / "sft"
     data = split_dir(Path(paths.data) / "synth", "rl")
@@ -47,6 +50,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
         "rl": params.section_dict("rl"),
         "harness": params.section_dict("harness"),
         "model.format": params.model.format,
+        "precision": precision,
     }
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
@@ -60,6 +64,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             registry,
             params.base.seed + cfg.seed,
             fingerprint,
+            precision,
         )
         steps, history, resumed = trainer.train(
             records,
@@ -74,6 +79,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             "resumed_from": resumed,
             "advantage": cfg.advantage,
             "reward": cfg.reward,
+            "precision": precision,
             "last": {k: round(v, 4) for k, v in last.items() if k != "step"},
             "mean": {
                 k: round(fmean(h[k] for h in history if k in h), 4)

@@ -3,7 +3,9 @@ advantages -> PPO-clip updates -> the rollout engine gets the new weights -> met
 checkpoint.
 
 The rollout engine is ``harness.engine``: ``hf`` holds the very module DeepSpeed updates
-(no copy); ``openai`` is a server (vLLM, ``agentrl serve``) that loads a snapshot written
+(no copy) or, when ``base.precision`` is bf16 over float32 master weights, a bf16 copy
+of it refreshed after every update (``bench/precision.py`` measured it against autocast
+over the shared module); ``openai`` is a server (vLLM, ``agentrl serve``) that loads a snapshot written
 after every update (``weight_sync.py``), checked at start against the trainer's log-probs.
 
 A killed run continues from its last checkpoint: DeepSpeed's model and optimizer state
@@ -33,6 +35,7 @@ from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
 from agentrl.model.logprobs import causal_lm
 from agentrl.model.lora import apply_lora, format_token_ids, trainable
+from agentrl.precision import Resolved, autocast, generation_model
 from agentrl.rl.advantages import Rollout, advantages
 from agentrl.rl.batch import (
     TrainSequence,
@@ -45,7 +48,7 @@ from agentrl.rl.loss import LossConfig, policy_loss
 from agentrl.rl.rewards import outcome_rewards
 from agentrl.rl.weight_sync import check_served_weights, write_snapshot
 from agentrl.train import checkpoint
-from agentrl.train.loop import ds_config, setup_distributed
+from agentrl.train.loop import ds_config, setup_distributed, skip_lone_allreduce
 
 
 @dataclass
@@ -76,6 +79,7 @@ class RLTrainer:
         registry: Any,
         seed: int,
         fingerprint: str,
+        precision: Resolved,
     ):
         import deepspeed
 
@@ -85,6 +89,7 @@ class RLTrainer:
                 "engine must run in its own process while the trainer updates"
             )
         self.cfg, self.seed, self.fingerprint = cfg, seed, fingerprint
+        self.precision = precision
         self.rank, self.world = setup_distributed()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -94,11 +99,12 @@ class RLTrainer:
         model = apply_lora(model, cfg.lora, "rl.lora", format_token_ids(tokenizer, fmt))
         optimizer = torch.optim.AdamW(trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
         config = ds_config(
-            cfg.micro_batch_size, self.accum, cfg.grad_clip, cfg.zero_stage, self.world
+            cfg.micro_batch_size, self.accum, cfg.grad_clip, cfg.zero_stage, self.world, precision
         )
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config
         )
+        skip_lone_allreduce(self.engine, self.world, cfg.zero_stage)
         self.tokenizer, self.fmt = tokenizer, fmt
         if harness_cfg.engine == "openai":
             if cfg.lora.r:
@@ -107,8 +113,9 @@ class RLTrainer:
                     "takes full weights; set rl.lora.r: 0 or harness.engine: hf"
                 )
             self.rollout_engine = openai_engine(harness_cfg, tokenizer)
-        else:  # holds the very module DeepSpeed updates: no weight copy
-            self.rollout_engine = HFEngine(causal_lm(self.engine.module), tokenizer)
+        else:  # the module DeepSpeed updates, or its copy in the generation precision
+            policy = causal_lm(self.engine.module)
+            self.rollout_engine = HFEngine(generation_model(policy, precision), tokenizer)
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
         self.loss_cfg = LossConfig(
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
@@ -180,9 +187,11 @@ class RLTrainer:
         out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         for start in range(0, len(order), self.cfg.micro_batch_size):
             rows = order[start : start + self.cfg.micro_batch_size]
-            logp, _ = shared_token_logprobs(
-                model, [sequences[i] for i in rows], self.pad_id, self.cfg.logprob_chunk
-            )
+            with autocast(self.precision):
+                logp, _ = shared_token_logprobs(
+                    model, [sequences[i] for i in rows], self.pad_id, self.cfg.logprob_chunk,
+                    entropy=False,
+                )  # fmt: skip
             for k, i in enumerate(rows):
                 out[i] = logp[k, : len(sequences[i].ids)]
         return out
@@ -251,9 +260,10 @@ class RLTrainer:
             rows = [getattr(s, name) for s in micro]
             return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
 
-        logp, entropy = shared_token_logprobs(
-            self.engine, micro, self.pad_id, self.cfg.logprob_chunk
-        )
+        with autocast(self.precision):  # log-probs come out float32: the head casts
+            logp, entropy = shared_token_logprobs(
+                self.engine, micro, self.pad_id, self.cfg.logprob_chunk
+            )
         for i, seq in enumerate(micro):
             if seq.old_logp is None:  # first mini-batch: still the rollout weights
                 seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
@@ -278,13 +288,13 @@ class RLTrainer:
 
         start, history = self._resume(ckpt)
         ckpt.mkdir(parents=True, exist_ok=True)
-        if not isinstance(self.rollout_engine, HFEngine):
-            # the server starts on whatever it was launched on: give it these weights (a
-            # resumed run's included) and check that it samples from them
-            self.sync_weights(ckpt)
+        # the engine starts on the weights it was built with: give it these (a resumed
+        # run's included)
+        self.sync_weights(ckpt)
+        if not isinstance(self.rollout_engine, HFEngine):  # and check that a server took them
             gap = check_served_weights(
                 self.rollout_engine, self.engine.module, self.tokenizer, self.fmt, records[0],
-                self.cfg.logprob_chunk, self.cfg.sync_tolerance,
+                self.cfg.logprob_chunk, self.cfg.sync_tolerance, self.precision,
             )  # fmt: skip
             print(f"rl: the rollout server samples from the trainer's weights (gap {gap:.1e})")
         self.version = start
@@ -344,8 +354,11 @@ class RLTrainer:
         """Give the rollout engine the trainer's weights; seconds it took."""
         tick = time.perf_counter()
         if isinstance(self.rollout_engine, HFEngine):
+            policy = causal_lm(self.engine.module)
+            if self.rollout_engine.model is not policy:  # the bf16 copy: refresh it
+                copy_weights(policy, self.rollout_engine.model)
             if self.rollout_engine.cache is not None:
-                self.rollout_engine.cache.clear()  # it holds the module: only the cache moved
+                self.rollout_engine.cache.clear()  # keys and values of the old weights
             return time.perf_counter() - tick
         snapshot = write_snapshot(self.engine.module, ckpt / "serving", self.rank)
         if self.rank == 0:  # one server for every rank: one reload
@@ -374,6 +387,14 @@ class RLTrainer:
             "python_rng": self.rng.getstate(),
         }
         checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
+
+
+@torch.no_grad()
+def copy_weights(source: Any, target: Any) -> None:
+    """Copy ``source``'s parameters and buffers into ``target`` (same modules, any dtype)."""
+    target_state = target.state_dict()
+    for name, value in source.state_dict().items():
+        target_state[name].copy_(value)
 
 
 def pipeline_figures(

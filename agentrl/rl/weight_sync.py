@@ -20,6 +20,7 @@ from agentrl.chat import ChatFormat, render_ids
 from agentrl.harness.engine import Engine, EngineError, Sampling
 from agentrl.model.logprobs import sequence_logprobs
 from agentrl.model.untie import untie_embeddings
+from agentrl.precision import Resolved, autocast
 
 PROBE_TOKENS = 16
 
@@ -39,10 +40,16 @@ def write_snapshot(model: Any, path: Path, rank: int) -> Path:
 
 @torch.no_grad()
 def served_gap(
-    engine: Engine, model: Any, tokenizer: Any, fmt: ChatFormat, record: dict[str, Any], chunk: int
+    engine: Engine,
+    model: Any,
+    tokenizer: Any,
+    fmt: ChatFormat,
+    record: dict[str, Any],
+    chunk: int,
+    precision: Resolved,
 ) -> float:
-    """Mean |log-prob the server gave - log-prob ``model`` gives| over the tokens the
-    server samples for ``record``'s first turn."""
+    """Mean |log-prob the server gave - log-prob ``model`` gives (at the trainer's
+    ``precision``)| over the tokens the server samples for ``record``'s first turn."""
     prompt = render_ids(tokenizer, fmt, record["messages"][:1], record["tools"], True)[0]
     (generation,) = engine.generate([prompt], Sampling(PROBE_TOKENS, temperature=1.0, seed=0))
     if not generation.ids:
@@ -50,7 +57,8 @@ def served_gap(
     ids = torch.tensor([prompt + generation.ids])
     was_training = model.training
     model.eval()
-    logp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), chunk)
+    with autocast(precision):
+        logp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), chunk, entropy=False)
     model.train(was_training)
     trained = logp[0, len(prompt) :].tolist()
     return fmean(abs(a - b) for a, b in zip(generation.logprobs, trained, strict=True))
@@ -64,15 +72,17 @@ def check_served_weights(
     record: dict[str, Any],
     chunk: int,
     tolerance: float,
+    precision: Resolved,
 ) -> float:
     """:func:`served_gap`, or :class:`EngineError` when it exceeds ``tolerance``
     (rl.sync_tolerance): the server does not serve ``model``."""
-    gap = served_gap(engine, model, tokenizer, fmt, record, chunk)
+    gap = served_gap(engine, model, tokenizer, fmt, record, chunk, precision)
     if gap > tolerance:
         raise EngineError(
             "harness.engine_url: the rollout server does not sample from the weights rl sent "
             f"it (mean log-prob gap {gap:.3f} > rl.sync_tolerance {tolerance} on a probe): "
-            "start it with infra/vllm_serve.sh (float32, output head untied) and set "
+            "start it with infra/vllm_serve.sh (output head untied; VLLM_DTYPE the dtype of "
+            "base.precision), serve the same precision with agentrl serve, and set "
             "harness.engine_reload to match the server"
         )
     return gap

@@ -22,6 +22,7 @@ from agentrl.errors import StageError
 from agentrl.model.build import load_model_dir
 from agentrl.model.lora import apply_lora, format_token_ids, merged
 from agentrl.outputs import write_metrics, write_plot
+from agentrl.precision import stage_precision
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.data import build_examples, is_heldout, pack
 from agentrl.train.loop import Trainer, end_distributed
@@ -109,6 +110,8 @@ def train_stage(
     data = split_dir(Path(paths.data) / "synth", split)
     out = Path(paths.models) / stage
     ckpt = Path(paths.checkpoints) / stage
+    precision = stage_precision(params.base.precision, params_file)
+    print(f"{stage}: {precision} (base.precision {params.base.precision})")
     model, tokenizer = load_model_dir(source, fmt)
     if cfg.context > model.config.max_position_embeddings:
         raise ConfigError(
@@ -116,7 +119,11 @@ def train_stage(
             f"positions of {source}"
         )
     rows, eval_rows, stats = training_rows(stage, params, split, tokenizer, params_file)
-    sections = {stage: params.section_dict(stage), "model.format": params.model.format}
+    sections = {
+        stage: params.section_dict(stage),
+        "model.format": params.model.format,
+        "precision": precision,
+    }
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
     # under a launcher only rank 0 tracks and writes
     rank = int(os.environ.get("RANK", "0"))
@@ -125,7 +132,9 @@ def train_stage(
         model, cfg.lora, f"{params_file}: {stage}.lora", format_token_ids(tokenizer, fmt)
     )
     with tracked if rank == 0 else nullcontext() as run:
-        trainer = Trainer(cfg, model, tokenizer.pad_token_id, params.base.seed, fingerprint)
+        trainer = Trainer(
+            cfg, model, tokenizer.pad_token_id, params.base.seed, fingerprint, precision
+        )
         result = trainer.train(
             rows,
             eval_rows,
@@ -135,7 +144,7 @@ def train_stage(
         metrics: dict[str, Any] = {}
         if trainer.rank == 0:
             print(f"{stage}: {result.step} steps, resumed from step {result.resumed_from}")
-            metrics = summary(result, len(rows), stats)
+            metrics = summary(result, len(rows), stats) | {"precision": precision}
             model = merged(trainer.unwrapped())
             if after is not None:
                 metrics |= after(model, tokenizer, run)
