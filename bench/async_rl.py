@@ -59,7 +59,9 @@ SHOWN = ("time_rollout_s", "time_update_s", "time_sync_s", "time_overlap_s",
 
 
 def start_vllm(model: Path, port: int, log: Path) -> subprocess.Popen:
-    env = os.environ | {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"}
+    # float32 unless VLLM_DTYPE says otherwise: the trainer of run() is float32
+    env = os.environ | {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "1",
+                        "VLLM_DTYPE": os.environ.get("VLLM_DTYPE", "float32")}  # fmt: skip
     command = ["taskset", "-c", "1", str(ROOT / "infra" / "vllm_serve.sh"), str(model), str(port)]
     proc = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip

