@@ -162,7 +162,8 @@ class SplitSection(Strict):
         0,
         ge=0,
         description="Extra 'Repeat exactly: ...' items (training splits): span copying, the skill a "
-        "tiny model lacks (DESIGN.md); short, so packing also fills row gaps with them.",
+        "tiny model lacks (none had appeared by 3 M training tokens of a from-scratch model); "
+        "short, so packing also fills row gaps with them.",
     )
     min_tokens: int = Field(
         0, ge=0, description="Reject trajectories shorter than this many estimated tokens."
@@ -265,7 +266,8 @@ class ModelSection(Strict):
         False,
         description="Words made only of world syllables (entity names, item words) are split "
         "at syllable boundaries before BPE, so an unseen name is a sequence of the syllable "
-        "tokens every name is made of (DESIGN.md: tokenization that makes copying easy).",
+        "tokens every name is made of (a from-scratch model scored 0% on unseen entity names "
+        "when names were arbitrary BPE pieces).",
     )
     hidden_size: int = Field(128, ge=8, description="tiny: width of the residual stream.")
     num_layers: int = Field(2, ge=1, description="tiny: transformer blocks.")
@@ -297,8 +299,8 @@ class LoraSection(Strict):
     """Low-rank adapters (LoRA, Hu et al. 2021, through peft) instead of full fine-tuning:
     only the adapters train, saved models are merged, so plain transformers and vLLM load
     them. On SmolLM2-135M here r=16, with the format tokens' rows trainable, ran 1.1x
-    faster per token than full fine-tuning and learned less (issue 14,
-    bench/lora_vs_full.py), so the default is r=0."""
+    faster per token than full fine-tuning and learned less (bench/lora_vs_full.py), so the
+    default is r=0."""
 
     r: int = Field(0, ge=0, description="Adapter rank; 0 = full fine-tune (no adapters).")
     alpha: float = Field(32.0, gt=0, description="Scale: the update is (alpha / r) B A.")
@@ -480,8 +482,9 @@ class RLSection(Strict):
     grounded_only: bool = Field(
         True,
         description="Reward only grounded success (the answer came from a tool observation): "
-        "a right answer from memory or a guess earns nothing (DESIGN.md: tiny models fake "
-        "success by memorising).",
+        "a right answer from memory or a guess earns nothing (a tiny model trained on one fixed "
+        "world answered from memorised facts after failed calls, and most of its success "
+        "and of an RL gain was ungrounded).",
     )
     invalid_call_penalty: float = Field(
         0.0, ge=0, description="Subtracted per failed tool call (shaping; 0 = outcome only)."

@@ -6,7 +6,7 @@
     python bench/copy_emergence.py --layers 4             # depth against wall time
 
 Copying a string from the context into a call is what the sft targets need (exact first
-call; renamed and held-out tool names), and DESIGN.md records that it had not appeared by
+call; renamed and held-out tool names), and in a from-scratch model it had not appeared by
 3 M tokens. This isolates that skill: loss on the copy target only, the same model code,
 tokenizer (models/base) and packing as training, plain torch (the DeepSpeed overhead is
 measured separately by bench/train_throughput.py). Prints loss, whole-span copy accuracy

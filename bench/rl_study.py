@@ -1,4 +1,4 @@
-"""The learning study of issue 5: does RL beat its sft start, and a random-reward control?
+"""The learning study: does RL beat its sft start, and a random-reward control?
 
     python bench/rl_study.py                                   # grpo and random, seeds 0 1 2
     python bench/rl_study.py --arms grpo,gigpo,random --seeds 0,1,2 --eval-n 300

@@ -60,7 +60,9 @@ MODEL_ENTRY_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("entry", MODEL_ENTRY_POINTS, ids=lambda e: Path(e[-1]).stem or e[2])
+@pytest.mark.parametrize(
+    "entry", MODEL_ENTRY_POINTS, ids=["midtrain", "sft", "rl", "eval", "rollout", "serve"]
+)
 def test_forced_bf16_without_native_bf16_is_one_line_and_exit_2(
     tmp_path: Path, entry: list[str]
 ) -> None:

@@ -5,7 +5,7 @@ tool results go in ``<tool_response>`` blocks inside one user turn (consecutive 
 merged). ``xml`` (Qwen3-Coder): ``<function=NAME>`` with one ``<parameter=ARG>`` block per
 argument, values written raw for strings and as JSON otherwise, and read back by the
 schema's types. Both list the tool schemas compactly in the system turn, one JSON per line
-(the system prompt dominated sample length in DESIGN.md's study).
+(the system prompt was ~60% of each sample with indented schemas).
 
 The templates wrap assistant turns in ``{% generation %}`` so that transformers'
 ``return_assistant_tokens_mask`` agrees with our renderer's mask.

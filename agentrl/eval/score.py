@@ -1,8 +1,8 @@
 """The figures of one checkpoint on one split under one harness setting.
 
 Success counts the verifier's verdict; grounded success also needs the answer to have been
-read off a tool observation of that episode (DESIGN.md: a tiny model fakes success by
-memorising). Rates are pass@1 over every episode with a Wilson 95% interval; pass@k is the
+read off a tool observation of that episode (a tiny model trained on one fixed world
+answered from memorised facts after failed calls). Rates are pass@1 over every episode with a Wilson 95% interval; pass@k is the
 unbiased estimator of grounded success averaged over tasks (``pass_at_k``: MLflow
 allows no "@" in a metric name). A call is *valid* when it parses and matches its
 schema (name, argument names, types); the tool error rate is the share of valid calls the

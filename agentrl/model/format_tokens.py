@@ -2,7 +2,7 @@
 is added, each new row initialised from what the model already knows about its text.
 
 A fresh random row (or transformers' mean resizing) is a token the model has never
-emitted: measured on SmolLM2-135M (DESIGN.md), sft then wrote the right thought and ended
+emitted: measured on SmolLM2-135M (80 sft steps of 2x512 tokens, lr 5e-5), sft then wrote the right thought and ended
 the turn instead of opening ``<tool_call>`` (validity 0% after 80 steps). Setting the row
 of ``<tool_call>`` to the mean of the rows of ``<``, ``tool``, ``_``, ``call``, ``>`` under
 the original tokenizer gave 100% validity in the same budget. Tokens the tokenizer already

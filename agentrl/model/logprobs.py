@@ -2,7 +2,7 @@
 
 A 49k vocabulary makes the logits the largest tensor of a training step: 8 sequences of
 600 tokens are 0.9 GB in float32, and log-softmax, its backward and the entropy each
-hold as much again (the rl stage reached 10 GB resident on SmolLM2-135M, DESIGN.md). Here
+hold as much again (the rl stage reached 10 GB resident on SmolLM2-135M with them). Here
 the decoder runs once to its last hidden states; the head, log-softmax, gather and
 entropy then run over ``chunk`` positions at a time under activation checkpointing, so
 only the hidden states are kept for backward and each chunk's logits are rebuilt there

@@ -1,7 +1,8 @@
 """Byte-level BPE trained on our corpus, with the chat format's tokens and template.
 
 Digits are split one per token (copying numbers then never depends on how a BPE merge
-happened to group them, a lever DESIGN.md lists), and spaces are tokens of their own, so a
+happened to group them; a tiny model trained from scratch here had not learned to copy
+numbers by 3 M tokens), and spaces are tokens of their own, so a
 word has the same ids in prose and inside a JSON string ("of Gebafi" and `"Gebafi"`; with
 GPT-2 style word tokens the two differ in their first token, and a tiny model must learn
 the mapping before it can copy). Format markers are added tokens, and

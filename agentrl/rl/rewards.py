@@ -1,8 +1,8 @@
 """Rewards as small pure functions: what one episode is trained on.
 
 An episode's reward is its verifier outcome (only a grounded answer, one read off a tool
-result in that episode, counts under ``rl.grounded_only``: DESIGN.md, tiny models fake
-success from memory), minus a shaping penalty per failed tool call. The ``random``
+result in that episode, counts under ``rl.grounded_only``: a tiny model fakes success
+from memorised facts), minus a shaping penalty per failed tool call. The ``random``
 control replaces the outcomes by draws independent of them with the same mean, the
 falsification arm of every learning claim.
 """

@@ -83,7 +83,7 @@ class Sampler:
         return offered
 
     def copy_item(self, split: str, index: int) -> Outcome:
-        """'Repeat exactly: ...': span copying, the skill tiny models lack (DESIGN.md)."""
+        """'Repeat exactly: ...': span copying, the skill tiny models lack."""
         rng = random.Random(f"{self.seed}:{split}:copy:{index}")
         world = World(rng, "train")
         draws = [world.entity, world.word, lambda: str(world.number(0, 99999))]
