@@ -7,6 +7,12 @@ stage that runs it, and how far rollout and trainer log-probs part at rl step 1.
 Every figure is measured on the same data and seeds at both precisions, in this process,
 one measurement at a time (2 cores: never two torch jobs at once):
 
+- **the hardware's ceiling**: a 2048x576 by 576x1536 matmul (GFLOP/s) and a forward pass of
+  4x512 tokens through ``models/base`` keeping one position's logits (tokens/s), float32
+  against bf16 weights. No stage can gain more than these; they differ between machines
+  that all report ``avx512_bf16`` (AMD EPYCs measured here: 4.4x and 2.8x on one, 2.5x and
+  1.8x on another), so compare a stage's ratio with them.
+
 - **midtrain, sft training**: the DeepSpeed loop of ``train/loop.py`` on the stage's own
   packed rows from its own input model; tokens/s over ``--train-steps`` steps after one
   warm-up step.
@@ -54,6 +60,36 @@ from agentrl.train.run import training_rows
 
 PRECISIONS: tuple[Resolved, ...] = ("fp32", "bf16")
 SOURCES = {"midtrain": ("base", "midtrain"), "sft": ("midtrain", "sft")}  # model dir, data split
+
+
+def ceiling(params: Params) -> list[tuple[str, float, float, str]]:
+    """What bf16 gives on this CPU before any pipeline code: a matmul and a forward."""
+    a, b = torch.randn(2048, 576), torch.randn(576, 1536)
+    flops = {}
+    for precision in PRECISIONS:
+        x, y = a.to(DTYPES[precision]), b.to(DTYPES[precision])
+        for _ in range(5):
+            x @ y
+        tick, repeats = time.perf_counter(), 50
+        for _ in range(repeats):
+            x @ y
+        flops[precision] = 2 * 2048 * 576 * 1536 * repeats / (time.perf_counter() - tick) / 1e9
+    fmt = get_format(params.model.format)
+    ids = torch.randint(0, 10_000, (4, 512))
+    forward = {}
+    for precision in PRECISIONS:
+        model, _ = load_model_dir(Path(params.base.paths.models) / "base", fmt, DTYPES[precision])
+        with torch.no_grad():
+            model(input_ids=ids, logits_to_keep=1)
+            tick, repeats = time.perf_counter(), 4
+            for _ in range(repeats):
+                model(input_ids=ids, logits_to_keep=1)
+        forward[precision] = ids.numel() * repeats / (time.perf_counter() - tick)
+        del model
+    return [
+        ("matmul 2048x576 @ 576x1536", flops["fp32"], flops["bf16"], "GFLOP/s"),
+        ("forward 4x512, models/base", forward["fp32"], forward["bf16"], "tokens/s"),
+    ]
 
 
 def train_tokens_per_s(params: Params, stage: str, precision: Resolved, steps: int) -> float:
@@ -163,12 +199,14 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=4)
     parser.add_argument("--rl-tasks", type=int, default=2)
     parser.add_argument("--eval-tasks", type=int, default=16)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["train", "rl", "eval"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["ceiling", "train", "rl", "eval"])
     args = parser.parse_args()
     params = load_params(args.params)
     torch.manual_seed(params.base.seed)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     rows: list[tuple[str, float, float, str]] = []
+    if "ceiling" not in args.skip:
+        rows += ceiling(params)
     if "train" not in args.skip:
         for stage in SOURCES:
             speed = {p: train_tokens_per_s(params, stage, p, args.train_steps) for p in PRECISIONS}

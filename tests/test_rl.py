@@ -110,11 +110,12 @@ def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(
     for record in records[:3]:  # 3 prompts x 3 samples of different lengths, 1 loner
         prompt = render_ids(tokenizer, fmt, record["messages"][:1], record["tools"], True)[0]
         for k in range(3 if record is not records[2] else 1):
-            turn = [7 + k] * (5 + 3 * k)
-            ids = prompt + turn
-            mask = [0] * len(prompt) + [1] * len(turn)
+            turn, reply = [7 + k] * (5 + 3 * k), [20 + k] * 4  # a tool reply: no target
+            ids = prompt + turn + reply + turn
+            mask = [0] * len(prompt) + [1] * len(turn) + [0] * len(reply) + [1] * len(turn)
             sequences.append(TrainSequence(ids, mask, [0.0] * len(ids), [1.0] * len(ids)))
     mask = collate(sequences, tokenizer.pad_token_id)["mask"]
+    loners = [0, 3, 6]  # no prompt shared: the plain forward pass
 
     def full_logits(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The plain reference: every position's full-vocabulary logits at once."""
@@ -141,6 +142,12 @@ def test_shared_prompt_forward_gives_the_full_forwards_logprobs_and_gradients(
         torch.testing.assert_close(shared[1], plain[1], atol=2e-5, rtol=0)
         for a, b in zip(shared[2], plain[2], strict=True):
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    alone = [sequences[i] for i in loners]
+    logp, entropy = shared_token_logprobs(model, alone, tokenizer.pad_token_id, 3)
+    alone_mask = collate(alone, tokenizer.pad_token_id)["mask"]
+    plain_logp, plain_entropy = full_logits(collate(alone, tokenizer.pad_token_id))
+    torch.testing.assert_close(logp, plain_logp * alone_mask, atol=2e-5, rtol=0)
+    torch.testing.assert_close(entropy, plain_entropy * alone_mask, atol=2e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentrl.chat import get_format, render_ids
 from agentrl.config import ModelSection
 from agentrl.model.build import build_tiny
+from agentrl.model.logprobs import head_logprobs
 from agentrl.model.tokenizer import train_tokenizer
 from agentrl.train.data import Example, build_examples, collate, pack
 
@@ -121,6 +122,25 @@ def test_packed_forward_equals_separate_forwards() -> None:
     for doc in (a, b) if rows[0].ids[0] == a[0] else (b, a):
         assert torch.allclose(packed[offset : offset + len(doc)], alone[len(doc)], atol=1e-5)
         offset += len(doc)
+
+
+def test_head_runs_only_where_kept_with_the_full_heads_values_and_gradients() -> None:
+    tokenizer = train_tokenizer(["hello world 123"] * 20, get_format("hermes"), 300)
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    hidden = torch.randn(3, 17, TINY_MODEL["hidden_size"], requires_grad=True)
+    targets = torch.randint(0, len(tokenizer), (3, 17))
+    keep = torch.rand(3, 17) < 0.3
+
+    def run(**kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden.grad = None
+        logp, entropy = head_logprobs(model, hidden, targets, chunk=4, **kept)
+        (logp * keep).sum().backward()
+        return logp, entropy, hidden.grad.clone()
+
+    full, only = run(), run(keep=keep)
+    torch.testing.assert_close(only[0], full[0] * keep, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(only[1], full[1] * keep, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(only[2], full[2], atol=1e-5, rtol=1e-5)
 
 
 def test_sft_labels_only_assistant_tokens(project: Path) -> None:

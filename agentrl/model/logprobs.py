@@ -44,12 +44,32 @@ def _chunk(
 
 
 def head_logprobs(
-    model: Any, hidden: torch.Tensor, targets: torch.Tensor, chunk: int, entropy: bool = True
+    model: Any,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int,
+    entropy: bool = True,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of ``targets`` (batch, tokens) given ``hidden`` (batch, tokens, width), and
     the entropy there (a detached figure; None without ``entropy``: the LM loss and the
     no-grad passes of rl skip the full-vocabulary exp and product it costs), computed
-    ``chunk`` positions at a time."""
+    ``chunk`` positions at a time.
+
+    ``keep`` (batch, tokens, bool) names the positions whose log-prob is used (the loss
+    mask): the head runs there only and the rest come out 0. The head is ~20% of a 135M
+    model's FLOPs per position and its float32 log-softmax spans 49 k columns, while only
+    ~22% of an sft row's positions are assistant targets, and an rl suffix's tool replies
+    are no target either.
+    """
+    if keep is not None:
+        rows = hidden.shape[0]
+        flat = head_logprobs(model, hidden[keep][None], targets[keep][None], chunk * rows, entropy)
+
+        def place(values: torch.Tensor) -> torch.Tensor:
+            return values.new_zeros(keep.shape).masked_scatter(keep, values[0])
+
+        return place(flat[0]), None if flat[1] is None else place(flat[1])
     head = causal_lm(model).get_output_embeddings()
     targets = targets.clamp(min=0)  # ignored positions (-100) are masked by the caller
     taken, entropies = [], []
@@ -77,12 +97,16 @@ def sequence_logprobs(
     chunk: int,
     position_ids: torch.Tensor | None = None,
     entropy: bool = True,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every token given the ones before (column t is token t; column 0 is 0)
-    and the entropy of the distribution it was drawn from (None without ``entropy``)."""
+    and the entropy of the distribution it was drawn from (None without ``entropy``); with
+    ``keep`` (batch, tokens, bool: the columns that are used) the others come out 0."""
     hidden = decoder_hidden(
         model, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
     )
-    taken, spread = head_logprobs(model, hidden[:, :-1], input_ids[:, 1:], chunk, entropy)
+    targets = input_ids[:, 1:]
+    kept = None if keep is None else keep[:, 1:]
+    taken, spread = head_logprobs(model, hidden[:, :-1], targets, chunk, entropy, kept)
     zero = torch.zeros_like(taken[:, :1])
     return torch.cat([zero, taken], 1), None if spread is None else torch.cat([zero, spread], 1)

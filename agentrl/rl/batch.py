@@ -99,8 +99,9 @@ def shared_token_logprobs(
     if len(groups) == len(micro) or not all(cut):
         batch = collate(micro, pad_id)
         return sequence_logprobs(
-            model, batch["input_ids"], batch["attention_mask"], chunk, entropy=entropy
-        )
+            model, batch["input_ids"], batch["attention_mask"], chunk, entropy=entropy,
+            keep=batch["mask"] > 0,
+        )  # fmt: skip
     prefix_ids, prefix_mask = left_pad([list(k) for k in groups], pad_id)
     cache = DynamicCache()
     decoder_hidden(
@@ -128,7 +129,17 @@ def shared_token_logprobs(
         cache=expanded,
         use_cache=True,
     )
-    taken, spread = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk, entropy)
+    # the suffix's column t predicts its token t + 1: only the policy's tokens need the head
+    keep = (
+        torch.tensor(
+            [
+                s.mask[c + 1 : c + length] + [0] * (length - len(x))
+                for s, c, x in zip(micro, cut, suffixes, strict=True)
+            ]
+        )
+        > 0
+    )
+    taken, spread = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk, entropy, keep)
     width = max(len(s.ids) for s in micro)
 
     def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns

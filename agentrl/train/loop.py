@@ -122,8 +122,8 @@ def lm_loss(model: Any, batch: dict[str, torch.Tensor], chunk: int) -> tuple[tor
         position_ids=batch["position_ids"],
     )
     labels = batch["labels"][:, 1:]
-    taken, _ = head_logprobs(model, hidden[:, :-1], labels, chunk, entropy=False)
     target = labels != -100
+    taken, _ = head_logprobs(model, hidden[:, :-1], labels, chunk, entropy=False, keep=target)
     count = int(target.sum())
     return -(taken * target).sum() / max(1, count), count
 
