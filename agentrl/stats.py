@@ -2,6 +2,9 @@
 
 A rate over n episodes gets a Wilson score interval (well-behaved at 0 and 1, unlike the
 normal approximation); a figure over seeds gets mean, sample std and the per-seed values.
+Two checkpoints scored on the same tasks get a *paired* difference (``paired_difference``):
+the tasks both solve or both fail cancel, so it needs far fewer tasks than comparing two
+independent intervals.
 """
 
 from __future__ import annotations
@@ -64,3 +67,82 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``after - before`` over the same n pairs: ``won`` pairs only ``after`` solved,
+    ``lost`` pairs only ``before`` solved; ``low``/``high`` bound the difference."""
+
+    n: int
+    won: int
+    lost: int
+    low: float
+    high: float
+
+    @property
+    def difference(self) -> float:
+        return (self.won - self.lost) / self.n if self.n else 0.0
+
+    @property
+    def verdict(self) -> str:
+        """What the interval (not the point estimate) says."""
+        if self.low > 0:
+            return "better"
+        if self.high < 0:
+            return "worse"
+        return "no measurable difference"
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"difference": round(self.difference, 4), "low": round(self.low, 4),
+                "high": round(self.high, 4), "won": self.won, "lost": self.lost,
+                "pairs": self.n, "verdict": self.verdict}  # fmt: skip
+
+    def __str__(self) -> str:
+        return (
+            f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}] "
+            f"(won {self.won}, lost {self.lost} of {self.n})"
+        )
+
+
+def paired_difference(before: list[bool], after: list[bool], z: float = 1.96) -> Paired:
+    """Difference of two success rates measured on the same items (``before[i]`` and
+    ``after[i]`` are one task under two checkpoints), with Newcombe's hybrid score interval
+    for paired proportions (Newcombe 1998, Stat. Med. 17:2635, method 10; the worked form
+    in Altman et al., *Statistics with Confidence*, 2000, ch. 6).
+
+    Chosen over a paired bootstrap because it is closed-form (the same bytes on every
+    run), keeps its coverage with few discordant pairs, and never collapses to a zero-width
+    interval when the two agree on every task (a bootstrap then says [0, 0]).
+
+    >>> d = paired_difference([True] * 50 + [False] * 150, [True] * 60 + [False] * 140)
+    >>> d.won, d.lost, round(d.difference, 3), d.verdict
+    (10, 0, 0.05, 'better')
+    >>> paired_difference([True, False] * 50, [True, False] * 50).verdict
+    'no measurable difference'
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired samples differ in length: {len(before)} and {len(after)}")
+    n = len(before)
+    if n == 0:
+        return Paired(0, 0, 0, -1.0, 1.0)
+    both = sum(1 for b, a in zip(before, after, strict=True) if b and a)
+    won = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
+    lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    neither = n - both - won - lost
+    p_after, p_before = (both + won) / n, (both + lost) / n
+    first, second = wilson(both + won, n, z), wilson(both + lost, n, z)
+    # the correlation of the two outcomes, shrunk towards 0 as Newcombe's method 10 does
+    spread = (both + won) * (lost + neither) * (both + lost) * (won + neither)
+    cross = both * neither - won * lost
+    shrunk = cross - n / 2 if cross > n / 2 else min(cross, 0)
+    phi = shrunk / math.sqrt(spread) if spread else 0.0
+    d_low, d_high = p_after - first.low, first.high - p_after
+    e_low, e_high = p_before - second.low, second.high - p_before
+    low = (p_after - p_before) - math.sqrt(
+        max(0.0, d_low**2 - 2 * phi * d_low * e_high + e_high**2)
+    )
+    high = (p_after - p_before) + math.sqrt(
+        max(0.0, e_low**2 - 2 * phi * e_low * d_high + d_high**2)
+    )
+    return Paired(n, won, lost, max(-1.0, low), min(1.0, high))

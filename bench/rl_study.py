@@ -11,7 +11,11 @@ params.yaml in force plus the arm's overrides and ``rl.seed``, in its own direct
 run through the harness on the evaluation splits (worlds never seen in training) with the
 same sampling seed, and scored by **grounded** success: the verifier's verdict and an
 answer read off a tool observation of that episode. Rates get Wilson 95% intervals per run
-and mean ± std over seeds per arm. Writes ``<out>/study.json`` and ``<out>/study.md``.
+and mean ± std over seeds per arm. Every run sees the same tasks, so differences are paired
+(``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, and each
+arm against the random-reward control, pairing seed with seed and task with task (the
+simplification, stated: the (task, seed) pairs of an arm are treated as independent,
+though a task recurs once per seed). Writes ``<out>/study.json`` and ``<out>/study.md``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.metrics import summarize
 from agentrl.model.build import load_model_dir
-from agentrl.stats import over_seeds, wilson
+from agentrl.stats import over_seeds, paired_difference, wilson
 
 ARMS = {
     "grpo": {"rl.advantage": "grpo", "rl.reward": "verifier"},
@@ -95,6 +99,7 @@ def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int
             "n": len(episodes),
             "tool_error_rate": figures["tool_error_rate"],
             "turns": figures["turns"],
+            "outcomes": [int(e.grounded) for e in episodes],  # task order: pairs across runs
         }
     return out
 
@@ -171,21 +176,44 @@ def main() -> None:
     report(results, splits, args.out / "study.md")
 
 
+def versus(runs: list[dict], controls: list[dict], split: str) -> str:
+    """``runs`` minus ``controls`` on ``split``, paired run by run (seed with seed) and task
+    by task; '–' where a run predates per-task outcomes."""
+    before, after = [], []
+    for run, control in zip(runs, controls, strict=True):
+        mine, theirs = run["eval"][split].get("outcomes"), control["eval"][split].get("outcomes")
+        if mine is None or theirs is None or len(mine) != len(theirs):
+            return "–"
+        before += [bool(x) for x in theirs]
+        after += [bool(x) for x in mine]
+    return str(paired_difference(before, after))
+
+
 def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
-    lines = ["| run | " + " | ".join(f"{s} grounded [95% CI]" for s in splits) + " |"]
-    lines.append("|---" * (len(splits) + 1) + "|")
+    lines = ["| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)" for s in splits)
+             + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
-        cells = [str(wilson(result["eval"][s]["grounded"], result["eval"][s]["n"])) for s in splits]
+        cells = []
+        for s in splits:
+            cells.append(str(wilson(result["eval"][s]["grounded"], result["eval"][s]["n"])))
+            cells.append(versus([result], [results["sft"]], s) if name != "sft" else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "| arm | seeds | " + " | ".join(f"{s} (mean ± std)" for s in splits) + " |"]
-    lines.append("|---" * (len(splits) + 2) + "|")
+    lines += ["", "| arm | seeds | " + " | ".join(f"{s} (mean ± std) | vs random (paired)"
+                                                  for s in splits) + " |"]  # fmt: skip
+    lines.append("|---" * (2 * len(splits) + 2) + "|")
     arms = sorted({r["arm"] for r in results.values() if "arm" in r})
     for arm in arms:
-        runs = [r for r in results.values() if r.get("arm") == arm]
+        runs = sorted((r for r in results.values() if r.get("arm") == arm), key=lambda r: r["seed"])
+        control = {r["seed"]: r for r in results.values() if r.get("arm") == "random"}
+        paired_runs = [r for r in runs if r["seed"] in control]
         cells = []
         for s in splits:
             rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
             cells.append(str(over_seeds(rates)))
+            cells.append(
+                versus(paired_runs, [control[r["seed"]] for r in paired_runs], s)
+                if arm != "random" and paired_runs else ""
+            )  # fmt: skip
         lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)

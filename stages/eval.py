@@ -1,15 +1,16 @@
 """eval stage: every checkpoint on every eval split and harness variant, and BFCL.
 
-    python stages/eval.py                         # what `dvc repro eval` runs
-    dvc exp run -S eval.tasks=200 -S eval.samples=8   # tighter intervals, more time
+    python stages/eval.py                              # what `dvc repro eval` runs
+    dvc exp run -S eval.tasks=300 -S eval.samples=4    # tighter intervals, more time
 
-Runs models/{midtrain,sft,rl} (eval.checkpoints) through the agent harness on the unseen
-worlds of data/synth/eval (test, heldout_tools, heldout_compose, long_horizon) under each
-harness variant of eval.variants, and on BFCL's simple/multiple/parallel questions.
-Writes metrics/eval.json, plots/eval_success.tsv, plots/eval_horizon.tsv and
-reports/trajectories/; logs one MLflow run with the metrics, a table and episode traces.
-Simplification, stated: BFCL is scored on the first answer turn only (its AST
-categories are single-turn), greedily.
+Runs models/{sft,rl} (eval.checkpoints) through the agent harness on the unseen worlds of
+data/synth/eval (test, heldout_tools, heldout_compose, long_horizon) under each harness
+variant of eval.variants, on the same tasks and seeds for every checkpoint, and on BFCL's
+simple/multiple questions. Writes metrics/eval.json (with each checkpoint minus the one
+before it, paired task by task), plots/eval_success.tsv, plots/eval_horizon.tsv and
+reports/trajectories/; logs one MLflow run with the metrics, each cell's seconds by part,
+a table and episode traces. Simplification, stated: BFCL is scored on the first answer
+turn only (its AST categories are single-turn), greedily.
 """
 
 from __future__ import annotations

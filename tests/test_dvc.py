@@ -135,7 +135,12 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
 
     _ok(repo, "dvc", "repro")
     metrics = json.loads((repo / "metrics" / "eval.json").read_text())
-    assert set(metrics) == {"midtrain", "sft", "rl", "bfcl"}
+    assert set(metrics) == {"midtrain", "sft", "rl", "bfcl", "paired"}
+    assert set(metrics["paired"]) == {"sft-midtrain", "rl-sft"}  # each against the one before
+    for pair in metrics["paired"].values():
+        for d in pair["sampled"].values():  # 2 tasks x 2 samples, (task, sample) pairs
+            assert d["pairs"] == 4 and d["low"] <= d["difference"] <= d["high"]
+    assert set(metrics["bfcl"]["rl-sft"]) == {"simple", "multiple", "parallel"}
     for checkpoint in ("midtrain", "sft", "rl"):
         assert set(metrics[checkpoint]) == {"sampled", "summary"}  # two variants: a level
         assert set(metrics[checkpoint]["sampled"]) == SPLITS
@@ -153,6 +158,7 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
     assert "sft.sampled.test.jsonl" in samples and "rl.bfcl.jsonl" in samples
 
     report = (repo / "reports" / "report.md").read_text()
+    assert report.split("\n")[4].startswith("## Did training help? (midtrain → sft, sft → rl)")
     for heading in ("## Learning curves", "## Evaluation", "## Context strategies", "## BFCL",
                     "## Lineage"):  # fmt: skip
         assert heading in report

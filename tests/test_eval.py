@@ -89,3 +89,88 @@ def test_eval_and_report_name_what_is_missing(tmp_path) -> None:
     with pytest.raises(StageError, match=r"metrics/eval.json: missing"):
         report_stage(loaded)
     assert not (tmp_path / "metrics").exists() and not (tmp_path / "reports").exists()
+
+
+def _cell(checkpoint: str, variant: str, split: str, solved: list[bool]) -> Cell:
+    outcomes = {(f"t{i}", 0): ok for i, ok in enumerate(solved)}
+    return Cell(checkpoint, variant, split, {"grounded_success": sum(solved) / len(solved)}, [],
+                outcomes=outcomes)  # fmt: skip
+
+
+def test_each_checkpoint_is_paired_with_the_one_before_it_task_by_task() -> None:
+    from agentrl.eval.suite import paired
+
+    sft = [True] * 100 + [False] * 100
+    rl = [True] * 100 + [True] * 30 + [False] * 70  # 30 tasks won, none lost
+    cells = [_cell("sft", "greedy", "test", sft), _cell("rl", "greedy", "test", rl),
+             _cell("sft", "greedy", "heldout_tools", sft),
+             _cell("rl", "greedy", "heldout_tools", sft[::-1])]  # fmt: skip
+    out = paired(cells, ["sft", "rl"])
+    better = out["rl-sft"]["greedy"]["test"]
+    assert (better["won"], better["lost"], better["pairs"], better["verdict"]) == (
+        30, 0, 200, "better",
+    )  # fmt: skip
+    assert better["low"] > 0 and better["difference"] == 0.15
+    swapped = out["rl-sft"]["greedy"]["heldout_tools"]  # same rate, every task changed
+    assert swapped["difference"] == 0 and swapped["verdict"] == "no measurable difference"
+    assert swapped["won"] == swapped["lost"] == 100
+    assert set(paired(cells, ["midtrain", "sft", "rl"])) == {"rl-sft"}  # midtrain not run
+
+
+def test_eval_refuses_more_tasks_than_a_split_holds(tmp_path) -> None:
+    from agentrl.config import EvalSection
+    from agentrl.eval.suite import check_task_counts
+
+    split = tmp_path / "eval" / "test"
+    split.mkdir(parents=True)
+    (split / "shard-00000.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
+    cfg = EvalSection(variants=[{"name": "g", "splits": ["test"]}], tasks=2)
+    check_task_counts(cfg, tmp_path, "params.yaml")
+    too_many = EvalSection(variants=[{"name": "g", "splits": ["test"], "tasks": 3}])
+    with pytest.raises(ConfigError, match=r"params.yaml: eval.variants.g.tasks: 3 tasks of test"):
+        check_task_counts(too_many, tmp_path, "params.yaml")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"tasks": 16},
+            r"eval.tasks: 16 tasks of \w+ \(variant 'sampled'\), but synth.splits",
+        ),
+        (
+            {"variants": [{"name": "g", "splits": ["long_horizon"], "tasks": 6}]},
+            "eval.variants.g.tasks: 6 tasks of long_horizon",
+        ),
+    ],
+)
+def test_eval_cells_must_fit_the_splits_synth_writes(tmp_path, change: dict, message: str) -> None:
+    params = project_params()
+    params["eval"] |= change
+    with pytest.raises(ConfigError, match=message):
+        load_params(write_params(tmp_path / "params.yaml", params))
+    del params["synth"]["splits"]["long_horizon"]
+    params["eval"]["tasks"] = 2
+    with pytest.raises(ConfigError, match=r"'long_horizon' is not among synth\.splits"):
+        load_params(write_params(tmp_path / "params.yaml", params))
+
+
+def test_the_report_opens_with_the_paired_verdicts(tmp_path) -> None:
+    from agentrl.eval.suite import nest, paired
+    from agentrl.report.build import paired_table
+
+    params = load_params(write_params(tmp_path / "params.yaml", project_params()))
+    sft = [True] * 100 + [False] * 100
+    cells = [_cell("sft", "sampled", "test", sft),
+             _cell("rl", "sampled", "test", [False] * 40 + sft[40:])]  # fmt: skip
+    metrics = nest(cells) | {"paired": paired(cells, ["sft", "rl"])}
+    metrics["bfcl"] = {"sft": {"simple": {"accuracy": 0.4}}, "rl": {"simple": {"accuracy": 0.4}},
+                       "rl-sft": {"simple": {"difference": 0.0, "low": -0.05, "high": 0.05,
+                                             "won": 3, "lost": 3, "pairs": 100,
+                                             "verdict": "no measurable difference"}}}  # fmt: skip
+    lines = paired_table(metrics, params)
+    assert lines[0].startswith("## Did training help? (sft → rl)")
+    rows = [line for line in lines if line.startswith("| sampled") or line.startswith("| BFCL")]
+    assert "sft 0.500" in rows[0] and "rl 0.300" in rows[0] and "**rl worse**" in rows[0]
+    assert "0 / 40 / 200" in rows[0]
+    assert "**no measurable difference**" in rows[1]

@@ -212,6 +212,21 @@ def test_hf_engine_logprobs_match_a_forward_pass_and_are_seeded(setup) -> None:
         assert torch.allclose(expected, torch.tensor(gen.logprobs), atol=1e-4)
 
 
+def test_harness_and_engine_say_where_their_time_went(setup) -> None:
+    _fmt, tokenizer, records, _ = setup
+    engine = HFEngine(build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0), tokenizer)
+    runner = harness(setup, engine, max_turns=2, max_new_tokens=8, context_limit=4096)
+    started = time.perf_counter()
+    episodes = runner.run(records[:3], samples=2)
+    wall = time.perf_counter() - started
+    assert len(episodes) == 6 and all(e.done for e in episodes)
+    assert engine.seconds["prefill"] > 0 and engine.seconds["decode"] > 0
+    assert set(runner.seconds) >= {"generate", "verify"}  # tools only if a call parsed
+    generate = runner.seconds["generate"]
+    assert engine.seconds["prefill"] + engine.seconds["decode"] <= generate <= wall
+    assert sum(runner.seconds.values()) <= wall
+
+
 def test_executor_runs_episodes_concurrently_and_times_out() -> None:
     def wait(seconds: float) -> str:
         """Sleep.
@@ -329,7 +344,9 @@ def test_prefix_cache_equals_a_full_prefill_and_empties_on_new_weights(setup) ->
     assert cached.cache.lookup(longer) is None and cached.cache.entries == []
 
 
-def test_a_groups_shared_prompt_is_prefilled_once_and_samples_as_without_sharing(setup) -> None:
+def test_shared_prompts_and_prefixes_are_prefilled_once_and_sample_as_without_sharing(
+    setup,
+) -> None:
     fmt, tokenizer, records, _ = setup
     model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
     shared, plain = (HFEngine(model, tokenizer, bucket=4, prefix_cache=c) for c in (True, False))
@@ -341,6 +358,14 @@ def test_a_groups_shared_prompt_is_prefilled_once_and_samples_as_without_sharing
         assert ga.ids == gb.ids and ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
     # every copy skipped all but its last prompt token
     assert shared.cache.reused_tokens == sum(len(p) - 1 for p in prompts)
+    # distinct prompts over one system prompt (tasks over the same tools) share it
+    head = unique[0][:-3]
+    distinct = [[*head, token, *unique[0][-3:]] for token in (5, 6, 7)]
+    before = shared.cache.reused_tokens
+    a, b = shared.generate(distinct, sampling), plain.generate(distinct, sampling)
+    for ga, gb in zip(a, b, strict=True):
+        assert ga.ids == gb.ids and ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
+    assert shared.cache.reused_tokens - before == 3 * len(head)
 
 
 def test_adaptive_restarts_later_than_a_fixed_threshold_and_never_when_the_rest_fits(

@@ -1,21 +1,25 @@
 """The eval stage: models/{midtrain,sft,rl} x eval splits x harness variants, and BFCL.
 
 Writes, each atomically:
-- ``metrics/eval.json``: ``{checkpoint: {variant: {split: metrics}}}`` (always that shape)
-  and ``bfcl: {checkpoint: {category: ...}}``;
+- ``metrics/eval.json``: ``{checkpoint: {variant: {split: metrics}}}`` (always that shape),
+  ``paired: {"rl-sft": {variant: {split: ...}}}`` (each checkpoint minus the one before it,
+  over the same tasks, with Newcombe's paired interval, the tasks won and lost, and the
+  verdict the interval gives) and ``bfcl: {checkpoint: {category: ...}, "rl-sft": ...}``;
 - ``plots/eval_success.tsv``: grounded success with its interval per checkpoint and split
   under the headline variant (a bar per cell);
 - ``plots/eval_horizon.tsv``: the last checkpoint's grounded success on long_horizon per
   task horizon, a column per context strategy;
 - ``reports/trajectories/``: sample episodes and BFCL answers as JSONL.
 
-MLflow gets one run with every metric (flattened), the table of cells, the trajectories,
+MLflow gets one run with every metric (flattened), each cell's seconds by part
+(``time.<checkpoint>.<variant>.<split>.<part>``), the table of cells, the trajectories,
 and the sample episodes of the headline variant as traces.
 """
 
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +29,12 @@ from agentrl.chat import get_format
 from agentrl.config import Params
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
-from agentrl.eval.suite import Cell, nest, run_cells
+from agentrl.eval.suite import Cell, check_task_counts, nest, paired, run_cells
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
 from agentrl.outputs import write_metrics, write_plot
 from agentrl.precision import stage_precision
+from agentrl.stats import paired_difference
 from agentrl.tracking import flatten, stage_run
 
 CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
@@ -90,6 +95,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     if cfg.bfcl.categories and not (bfcl_dir / "source.json").is_file():
         raise StageError(f"{bfcl_dir}: no BFCL data (eval.bfcl.categories); run the bfcl stage")
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
+    check_task_counts(cfg, data, params.file)
     sections = {
         "eval": params.section_dict("eval"),
         "harness": params.section_dict("harness"),
@@ -123,9 +129,9 @@ def eval_stage(params: Params) -> dict[str, Any]:
                 ), flush=True)  # fmt: skip
         if hasattr(engine, "close"):
             engine.close()
-        metrics = nest(cells)
+        metrics = nest(cells) | {"paired": paired(cells, cfg.checkpoints)}
         if bfcl:
-            metrics["bfcl"] = bfcl
+            metrics["bfcl"] = bfcl | paired_bfcl(bfcl_answers, cfg.checkpoints)
         with atomic_dir(Path(paths.reports) / "trajectories") as out:
             write_trajectories(out, cells, bfcl_answers)
             run.record_output(out)
@@ -136,6 +142,10 @@ def eval_stage(params: Params) -> dict[str, Any]:
                    ("horizon", *CONTEXT_STRATEGIES))  # fmt: skip
         write_metrics(Path(paths.metrics) / "eval.json", metrics)
         run.log_metrics(_numeric(flatten(metrics)))
+        run.log_metrics(
+            {f"time.{c.checkpoint}.{c.variant}.{c.split}.{part}": round(seconds, 3)
+             for c in cells for part, seconds in c.timing.items()}
+        )  # fmt: skip
         run.log_dict(metrics, "eval.json")
         _log_table(cells)
         for cell in cells:
@@ -145,6 +155,18 @@ def eval_stage(params: Params) -> dict[str, Any]:
                                                      "split": cell.split, "variant": cell.variant})  # fmt: skip
         _flush_traces()
     return metrics
+
+
+def paired_bfcl(answers: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """``{"rl-sft": {category: paired difference}}`` over the questions both answered."""
+    out: dict[str, Any] = {}
+    for before, after in pairwise(order):
+        for category, results in answers.get(after, {}).items():
+            base = {r["id"]: r["correct"] for r in answers.get(before, {}).get(category, [])}
+            now = {r["id"]: r["correct"] for r in results if r["id"] in base}
+            diff = paired_difference([base[q] for q in now], list(now.values()))
+            out.setdefault(f"{after}-{before}", {})[category] = diff.as_dict()
+    return out
 
 
 def _numeric(flat: dict[str, Any]) -> dict[str, float]:

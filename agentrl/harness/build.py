@@ -31,4 +31,4 @@ def build_engine(
         tokenizer = load_tokenizer_dir(model_dir, fmt)
         return openai_engine(cfg, tokenizer), tokenizer
     model, tokenizer = load_model_dir(model_dir, fmt, DTYPES[precision])
-    return HFEngine(model, tokenizer), tokenizer
+    return HFEngine(model, tokenizer, bucket=cfg.engine_batch), tokenizer

@@ -11,6 +11,7 @@ rollout/train gap measures engine mismatch only.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,13 +85,49 @@ def _processors(sampling: Sampling) -> LogitsProcessorList:
     return LogitsProcessorList([*steps, GumbelNoise(sampling.seed)])
 
 
+MIN_SHARED = 32  # shorter common prefixes save less than an entry's copies cost
+
+
+def shared_prefixes(prompts: list[list[int]], min_shared: int = MIN_SHARED) -> list[list[int]]:
+    """Prefixes worth prefilling once: each prompt's longest prefix shared with another
+    prompt (all of it but the last token for a repeated prompt), at least ``min_shared``
+    tokens long. In sorted order a prompt's longest common prefix with any other is the
+    one with a neighbour.
+
+    >>> shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 4], [9]], min_shared=2)
+    [[1, 2, 3]]
+    >>> shared_prefixes([[7, 8], [7, 8]], min_shared=1)
+    [[7]]
+    """
+    unique = sorted({tuple(p) for p in prompts})
+    repeated = {p for p, n in Counter(tuple(p) for p in prompts).items() if n > 1}
+    out = set()
+    for i, prompt in enumerate(unique):
+        neighbours = unique[max(0, i - 1) : i] + unique[i + 1 : i + 2]
+        share = max((_common(prompt, other) for other in neighbours), default=0)
+        share = len(prompt) - 1 if prompt in repeated else min(share, len(prompt) - 1)
+        if share >= min_shared:
+            out.add(prompt[:share])
+    return [list(prefix) for prefix in sorted(out)]
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class HFEngine:
     """Batched sampling from a transformers causal LM held in this process.
 
     ``model`` is the module the trainer updates, so new weights are visible to the next
     ``generate`` without any copy (the in-process form of a weight sync). With
     ``prefix_cache`` an episode's next turn prefills only what was appended since its
-    last turn (``prefix_cache.py``).
+    last turn (``prefix_cache.py``). ``seconds`` adds up where generation time went
+    (``prefill``, ``decode``), for benches and the eval's cost breakdown.
     """
 
     def __init__(self, model: Any, tokenizer: Any, bucket: int = 32, prefix_cache: bool = True):
@@ -100,6 +137,7 @@ class HFEngine:
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.tokenizer = tokenizer
         self.cache = PrefixCache(model) if prefix_cache else None
+        self.seconds: Counter[str] = Counter()
 
     def load_weights(self, model_dir: Path) -> None:
         """Copy saved weights into the held module (a trainer sharing the module needs
@@ -118,7 +156,9 @@ class HFEngine:
         """Prompts of similar length are generated together, ``bucket`` at a time: left
         padding to the longest prompt of a bucket, not of the whole batch."""
         if self.cache is not None:
+            began = time.perf_counter()
             self._share_prefills(prompts)
+            self.seconds["prefill"] += time.perf_counter() - began
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
         kept: list[Entry] = []
@@ -135,16 +175,13 @@ class HFEngine:
 
     @torch.no_grad()
     def _share_prefills(self, prompts: list[list[int]]) -> None:
-        """A prompt sent more than once (the G samples of a group) is prefilled once: its
-        keys and values up to the last token become prefix-cache entries its copies hit,
-        so a group's first turn costs one prompt's prefill instead of G."""
+        """Tokens several prompts start with are prefilled once: their keys and values
+        become prefix-cache entries the prompts then hit. A prompt sent more than once (the
+        G samples of a group) shares all but its last token, so a group's first turn costs
+        one prompt's prefill instead of G; distinct tasks over the same tools share their
+        system prompt (most of a first turn's tokens on an eval split)."""
         assert self.cache is not None
-        counts = Counter(tuple(p) for p in prompts)
-        shared = [
-            list(p[:-1])
-            for p, n in counts.items()
-            if n > 1 and len(p) > 1 and self.cache.longest_prefix(list(p)) is None
-        ]
+        shared = shared_prefixes([p for p in prompts if self.cache.longest_prefix(p) is None])
         if not shared:
             return
         was_training = self.model.training
@@ -170,6 +207,7 @@ class HFEngine:
         """One bucket: prefill what the prefix cache lacks, then decode token by token.
         Rows leave the batch once finished, so the rest stop paying for them (a third
         to a half of HF generate's row-steps went to finished rows on rollouts)."""
+        prefill_began = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         hits = [self.cache.lookup(p) if self.cache else None for p in prompts]
@@ -190,6 +228,8 @@ class HFEngine:
                 cache.update(keys, values, layer)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         logits = self._forward(new_ids, attention, positions[:, width:], cache)
+        decode_began = time.perf_counter()
+        self.seconds["prefill"] += decode_began - prefill_began
         processors = _processors(sampling)
         rows = list(range(len(prompts)))  # batch position -> prompt index
         generated: list[list[int]] = [[] for _ in prompts]
@@ -243,6 +283,7 @@ class HFEngine:
             logits = self._forward(chosen[:, None], attention, next_position[:, None], cache)
             next_position = next_position + 1
         self.model.train(was_training)
+        self.seconds["decode"] += time.perf_counter() - decode_began
         results = [
             Generation(ids, lps, stopped=ids[-1] == self.stop_id)
             for ids, lps in zip(generated, logprobs, strict=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +75,8 @@ class Harness:
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
         self.sandbox = SandboxSpec(cfg.sandbox, cfg.sandbox_image)
         self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
+        # where run() spent its time: generate (the engine), tools, verify; the rest is ours
+        self.seconds: Counter[str] = Counter()
 
     # --- token bookkeeping -------------------------------------------------------------
     def _prompt(self, live: _Live) -> list[int]:
@@ -118,7 +122,9 @@ class Harness:
 
     def _finish(self, live: _Live, reason: str, final_text: str | None = None) -> None:
         ep = live.episode
+        began = time.perf_counter()
         verdict = verify(live.record["verifier"], final_text, ep.observations, live.box.snapshot())
+        self.seconds["verify"] += time.perf_counter() - began
         live.box.close()
         ep.done, ep.end_reason = True, reason
         ep.reward, ep.success, ep.grounded, ep.verdict = (
@@ -207,7 +213,9 @@ class Harness:
             for live in active:
                 live.turn_start = len(live.segment.ids)
                 live.state = _state_hash(live)
+            began = time.perf_counter()
             generations = self.engine.generate([live.segment.ids for live in active], sampling)
+            self.seconds["generate"] += time.perf_counter() - began
             work, pending = [], []
             for live, gen in zip(active, generations, strict=True):
                 live.segment.add(gen.ids, policy=True, logprobs=gen.logprobs)
@@ -252,7 +260,9 @@ class Harness:
                     continue
                 work.append((live.tools, calls))
                 pending.append((live, parsed.errors, stats))
+            began = time.perf_counter()
             results = self.executor.run(work)
+            self.seconds["tools"] += time.perf_counter() - began
             for (live, errors, stats), observations in zip(pending, results, strict=True):
                 observations = [
                     Observation(f"Error: {e}", False, "parse_error") for e in errors

@@ -1,4 +1,5 @@
-"""reports/report.md: learning curves, the eval table with intervals, the context-strategy
+"""reports/report.md: the paired comparison of each checkpoint with the one before it (the
+verdict first), learning curves, the eval table with intervals, the context-strategy
 comparison, BFCL, and lineage (params digest, content digest of every stage output), as
 markdown that reads on a git host, with PNGs beside it in reports/figures/. It holds
 nothing but figures of its inputs, so equal inputs give an equal report; commits and
@@ -7,6 +8,7 @@ MLflow run ids are in MLflow (the report run's ``lineage.json``)."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,38 @@ def eval_table(cells: list[dict[str, Any]], pass_k: list[int]) -> list[str]:
     return _table(header, rows)
 
 
+def paired_table(metrics: dict[str, Any], params: Params) -> list[str]:
+    """The report's first table: each later checkpoint against the one before it, per
+    variant and split (and BFCL category), with the verdict in words."""
+    rows = []
+    bfcl = metrics.get("bfcl", {})
+    order = params.eval.checkpoints  # metrics files sort their keys: pipeline order instead
+    pairs = [f"{b}-{a}" for a, b in pairwise(order) if f"{b}-{a}" in metrics.get("paired", {})]
+    for pair in pairs:
+        by_variant, (after, before) = metrics["paired"][pair], pair.split("-")
+        for variant in [v.name for v in params.eval.variants if v.name in by_variant]:
+            for split in sorted(by_variant[variant], key=EVAL_SPLITS.index):
+                rates = [metrics[c][variant][split]["grounded_success"] for c in (before, after)]
+                rows.append([variant, split, *_pair_row(after, before, rates,
+                                                         by_variant[variant][split])])  # fmt: skip
+        for category, d in bfcl.get(pair, {}).items():
+            rates = [bfcl[c][category]["accuracy"] for c in (before, after)]
+            rows.append(["BFCL", category, *_pair_row(after, before, rates, d)])
+    if not rows:
+        return []
+    pair_names = [" → ".join(reversed(p.split("-"))) for p in pairs]
+    header = ["variant", "split", "before", "after", "difference [95% CI]", "won / lost / pairs",
+              "verdict"]  # fmt: skip
+    return [f"## Did training help? ({', '.join(pair_names)})", "", *_table(header, rows)]
+
+
+def _pair_row(after: str, before: str, rates: list[float], d: dict[str, Any]) -> list[str]:
+    verdict = d["verdict"] if d["verdict"].startswith("no ") else f"{after} {d['verdict']}"
+    return [f"{before} {rates[0]:.3f}", f"{after} {rates[1]:.3f}",
+            f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]",
+            f"{d['won']} / {d['lost']} / {d['pairs']}", f"**{verdict}**"]  # fmt: skip
+
+
 def lineage(params: Params) -> dict[str, dict[str, str]]:
     """Each stage's output path and content digest (the key of its MLflow ``lineage.`` tag)."""
     out = {}
@@ -98,8 +132,11 @@ def build_report(params: Params, stages: dict[str, dict[str, str]], figures: Pat
     lines = ["# agentrl run report", "",
              "Every figure below is computed by the stages of this DAG on worlds the model never "
              "saw in training. *Grounded* success counts an answer only when it was read off a "
-             "tool result in that episode. Intervals are Wilson 95%.", "",
-             "## Learning curves", "", "![learning curves](figures/learning_curves.png)", ""]  # fmt: skip
+             "tool result in that episode. Rates have Wilson 95% intervals; differences between "
+             "checkpoints are paired over the same tasks, with Newcombe's 95% interval, and the "
+             "verdict is the interval's: better or worse only when it excludes 0.", ""]  # fmt: skip
+    lines += paired_table(metrics, params)
+    lines += ["", "## Learning curves", "", "![learning curves](figures/learning_curves.png)", ""]
     for stage in ("midtrain", "sft", "rl"):
         path = Path(paths.metrics) / f"{stage}.json"
         if path.is_file():

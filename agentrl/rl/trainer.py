@@ -115,7 +115,9 @@ class RLTrainer:
             self.rollout_engine = openai_engine(harness_cfg, tokenizer)
         else:  # the module DeepSpeed updates, or its copy in the generation precision
             policy = causal_lm(self.engine.module)
-            self.rollout_engine = HFEngine(generation_model(policy, precision), tokenizer)
+            self.rollout_engine = HFEngine(
+                generation_model(policy, precision), tokenizer, bucket=harness_cfg.engine_batch
+            )
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
         self.loss_cfg = LossConfig(
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
