@@ -639,7 +639,7 @@ class EvalSection(Strict):
         description="Model directories under base.paths.models to evaluate, in pipeline order.",
     )
     tasks: int = Field(
-        64,
+        200,
         ge=1,
         description="Tasks per split: the first n of its shards, the same for every "
         "checkpoint and sampling seed, so two checkpoints are compared task by task (a paired "
@@ -665,12 +665,9 @@ class EvalSection(Strict):
                 harness={"temperature": 0.0},
                 splits=["test", "heldout_tools", "heldout_compose"],
             ),
-            EvalVariant(name="sampled", splits=["test"]),
+            EvalVariant(name="sampled", splits=["test"], tasks=100),
             EvalVariant(
-                name="window", harness={"context": "window"}, splits=["long_horizon"], tasks=32
-            ),
-            EvalVariant(
-                name="summary", harness={"context": "summary"}, splits=["long_horizon"], tasks=32
+                name="summary", harness={"context": "summary"}, splits=["long_horizon"], tasks=100
             ),
         ],
         min_length=1,

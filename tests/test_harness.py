@@ -446,3 +446,19 @@ def test_hf_engine_stops_on_a_stop_string_and_keeps_its_tokens(setup) -> None:
     (stopped,) = engine.generate([prompt], Sampling(max_new_tokens=12, seed=1, stop=(stop,)))
     assert free.ids[: len(stopped.ids)] == stopped.ids and len(stopped.ids) <= 6
     assert stop in tokenizer.decode(stopped.ids) and not stopped.stopped
+
+
+def test_a_prompt_samples_the_same_whichever_prompts_share_its_bucket(setup) -> None:
+    fmt, tokenizer, records, _ = setup
+    model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=0)
+    prompts = [render_ids(tokenizer, fmt, r["messages"][:1], r["tools"], True)[0] for r in records]
+    sampling = Sampling(max_new_tokens=16, seed=11)
+    whole = HFEngine(model, tokenizer, bucket=len(prompts), prefix_cache=False)
+    split = HFEngine(model, tokenizer, bucket=2, prefix_cache=False)
+    a, b = whole.generate(prompts, sampling), split.generate(prompts, sampling)
+    for ga, gb in zip(a, b, strict=True):
+        assert ga.ids == gb.ids and ga.logprobs == pytest.approx(gb.logprobs, abs=1e-4)
+    # the same prompt at the same position of another call, among other prompts
+    others = [prompts[0], *[p[:-1] for p in prompts[1:]]]
+    assert whole.generate(others, sampling)[0].ids == a[0].ids
+    assert len({tuple(g.ids) for g in a}) == len(a)  # and every prompt its own stream

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,25 +64,30 @@ class Engine(Protocol):
         ...
 
 
-class GumbelNoise(LogitsProcessor):
+def gumbel_noise(scores: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """Adds Gumbel noise, so that the argmax is an exact sample of softmax(scores): the
-    same distribution as multinomial sampling at a tenth of its cost on CPU batches."""
-
-    def __init__(self, seed: int):
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        uniform = torch.rand(scores.shape, generator=self.generator).clamp_(min=1e-20)
-        return scores - torch.log(-torch.log(uniform)).to(scores.device)
+    same distribution as multinomial sampling at a tenth of its cost on CPU batches. Row
+    ``i`` draws from ``generators[i]``: one stream per prompt, so what a prompt samples
+    does not depend on which prompts share its bucket."""
+    uniform = torch.stack([torch.rand(scores.shape[-1], generator=g) for g in generators])
+    return scores - torch.log(-torch.log(uniform.clamp_(min=1e-20))).to(scores.device)
 
 
-def _processors(sampling: Sampling) -> LogitsProcessorList:
+def prompt_streams(seed: int, count: int) -> list[torch.Generator]:
+    """The sampling stream of each of ``count`` prompts of a call seeded ``seed``: prompt
+    ``i`` gets ``seed * 2**20 + i``, as the openai engine sends vLLM ``seed + i`` per
+    prompt (2**20 prompts per call before two calls' streams could meet)."""
+    return [torch.Generator().manual_seed((seed << 20) + i) for i in range(count)]
+
+
+def _warpers(sampling: Sampling) -> LogitsProcessorList | None:
+    """Temperature and top-p, or None for greedy decoding."""
     if sampling.temperature == 0:
-        return LogitsProcessorList()
+        return None
     steps: list[LogitsProcessor] = [TemperatureLogitsWarper(sampling.temperature)]
     if sampling.top_p < 1:
         steps.append(TopPLogitsWarper(sampling.top_p))
-    return LogitsProcessorList([*steps, GumbelNoise(sampling.seed)])
+    return LogitsProcessorList(steps)
 
 
 MIN_SHARED = 32  # shorter common prefixes save less than an entry's copies cost
@@ -160,12 +165,14 @@ class HFEngine:
             self._share_prefills(prompts)
             self.seconds["prefill"] += time.perf_counter() - began
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        streams = prompt_streams(sampling.seed, len(prompts))
         out: list[Generation | None] = [None] * len(prompts)
         kept: list[Entry] = []
         for start in range(0, len(order), self.bucket):
             chunk = order[start : start + self.bucket]
-            seeded = replace(sampling, seed=sampling.seed + start)
-            generations, entries = self._generate([prompts[i] for i in chunk], seeded)
+            generations, entries = self._generate(
+                [prompts[i] for i in chunk], sampling, [streams[i] for i in chunk]
+            )
             kept += entries
             for i, generation in zip(chunk, generations, strict=True):
                 out[i] = generation
@@ -202,7 +209,7 @@ class HFEngine:
 
     @torch.no_grad()
     def _generate(
-        self, prompts: list[list[int]], sampling: Sampling
+        self, prompts: list[list[int]], sampling: Sampling, streams: list[torch.Generator]
     ) -> tuple[list[Generation], list[Entry]]:
         """One bucket: prefill what the prefix cache lacks, then decode token by token.
         Rows leave the batch once finished, so the rest stop paying for them (a third
@@ -230,7 +237,7 @@ class HFEngine:
         logits = self._forward(new_ids, attention, positions[:, width:], cache)
         decode_began = time.perf_counter()
         self.seconds["prefill"] += decode_began - prefill_began
-        processors = _processors(sampling)
+        warpers = _warpers(sampling)
         rows = list(range(len(prompts)))  # batch position -> prompt index
         generated: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
@@ -251,7 +258,11 @@ class HFEngine:
         next_position = positions[:, -1] + 1
         finished: set[int] = set()
         for step in range(sampling.max_new_tokens):
-            chosen = processors(None, logits.clone()).argmax(-1)
+            if warpers is None:
+                chosen = logits.argmax(-1)
+            else:
+                scores = warpers(None, logits.clone())
+                chosen = gumbel_noise(scores, [streams[row] for row in rows]).argmax(-1)
             chosen_logprobs = torch.log_softmax(logits, -1).gather(-1, chosen[:, None])[:, 0]
             for position, (row, token, logprob) in enumerate(
                 zip(rows, chosen.tolist(), chosen_logprobs.tolist(), strict=True)
