@@ -462,3 +462,18 @@ def test_a_prompt_samples_the_same_whichever_prompts_share_its_bucket(setup) -> 
     others = [prompts[0], *[p[:-1] for p in prompts[1:]]]
     assert whole.generate(others, sampling)[0].ids == a[0].ids
     assert len({tuple(g.ids) for g in a}) == len(a)  # and every prompt its own stream
+
+
+def test_sampled_rows_follow_the_softmax_and_never_pick_an_excluded_token() -> None:
+    from agentrl.harness.engine import prompt_streams, sample_rows
+
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    scores = probs.log().expand(4, 4)  # the 0 stands for a token top-p removed (-inf)
+    streams = prompt_streams(seed=3, count=4)
+    draws = torch.stack([sample_rows(scores, streams) for _ in range(5000)])
+    share = torch.bincount(draws.flatten(), minlength=4) / draws.numel()
+    assert share[1] == 0 and torch.allclose(share, probs, atol=0.012), share
+    # a row's draws come from its own stream only
+    again = prompt_streams(seed=3, count=4)
+    alone = [sample_rows(scores[:1], again[2:3]) for _ in range(50)]
+    assert torch.equal(torch.cat(alone), draws[:50, 2])

@@ -64,13 +64,17 @@ class Engine(Protocol):
         ...
 
 
-def gumbel_noise(scores: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-    """Adds Gumbel noise, so that the argmax is an exact sample of softmax(scores): the
-    same distribution as multinomial sampling at a tenth of its cost on CPU batches. Row
-    ``i`` draws from ``generators[i]``: one stream per prompt, so what a prompt samples
-    does not depend on which prompts share its bucket."""
-    uniform = torch.stack([torch.rand(scores.shape[-1], generator=g) for g in generators])
-    return scores - torch.log(-torch.log(uniform.clamp_(min=1e-20))).to(scores.device)
+def sample_rows(scores: torch.Tensor, streams: list[torch.Generator]) -> torch.Tensor:
+    """One token per row drawn from softmax(scores), by inverting the row's CDF at one
+    uniform from the row's own stream. Exact up to float32 rounding (each token's share is
+    within ~1e-7 of its probability); a 32 x 49k batch costs ~7 ms here, where Gumbel noise
+    over the whole vocabulary cost ~50 ms, a quarter of a decode step. One stream per
+    prompt: what a prompt samples does not depend on which prompts share its bucket."""
+    cdf = torch.softmax(scores.float(), -1).cumsum_(-1)
+    uniform = torch.cat([torch.rand(1, generator=stream) for stream in streams])
+    chosen = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
+    # u * total can round up to total: the last token with any probability, then
+    return torch.minimum(chosen, torch.searchsorted(cdf, cdf[:, -1:].contiguous())[:, 0])
 
 
 def prompt_streams(seed: int, count: int) -> list[torch.Generator]:
@@ -262,7 +266,7 @@ class HFEngine:
                 chosen = logits.argmax(-1)
             else:
                 scores = warpers(None, logits.clone())
-                chosen = gumbel_noise(scores, [streams[row] for row in rows]).argmax(-1)
+                chosen = sample_rows(scores, [streams[row] for row in rows])
             chosen_logprobs = torch.log_softmax(logits, -1).gather(-1, chosen[:, None])[:, 0]
             for position, (row, token, logprob) in enumerate(
                 zip(rows, chosen.tolist(), chosen_logprobs.tolist(), strict=True)
