@@ -9,8 +9,9 @@ over the shared module); ``openai`` is a server (vLLM, ``agentrl serve``) that l
 after every update (``weight_sync.py``), checked at start against the trainer's log-probs.
 
 A killed run continues from its last checkpoint: DeepSpeed's model and optimizer state
-plus the step, the task position and every RNG, so the continued run draws what the
-uninterrupted one would have.
+plus the step, the task position, every RNG (the rollouts' own stream included) and the
+rollouts that ran one step ahead, so the continued run trains on what the uninterrupted
+one would have.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config import ConfigError, HarnessSection, RLSection
+from agentrl.config import ConfigError, HarnessSection, RLSection, rl_engine_rule
 from agentrl.harness.build import openai_engine
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
@@ -83,11 +84,8 @@ class RLTrainer:
     ):
         import deepspeed
 
-        if cfg.max_staleness and harness_cfg.engine != "openai":
-            raise ConfigError(
-                f"rl.max_staleness: {cfg.max_staleness} needs harness.engine openai: the "
-                "engine must run in its own process while the trainer updates"
-            )
+        if problem := rl_engine_rule(cfg, harness_cfg):  # params.yaml refuses it at load
+            raise ConfigError(problem)
         self.cfg, self.seed, self.fingerprint = cfg, seed, fingerprint
         self.precision = precision
         self.rank, self.world = setup_distributed()
@@ -107,11 +105,6 @@ class RLTrainer:
         skip_lone_allreduce(self.engine, self.world, cfg.zero_stage)
         self.tokenizer, self.fmt = tokenizer, fmt
         if harness_cfg.engine == "openai":
-            if cfg.lora.r:
-                raise ConfigError(
-                    f"rl.lora.r: {cfg.lora.r} with harness.engine openai: the rollout server "
-                    "takes full weights; set rl.lora.r: 0 or harness.engine: hf"
-                )
             self.rollout_engine = openai_engine(harness_cfg, tokenizer)
         else:  # the module DeepSpeed updates, or its copy in the generation precision
             policy = causal_lm(self.engine.module)
@@ -142,14 +135,17 @@ class RLTrainer:
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
         """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
-        whose rewards are all equal at most ``max_resample`` times (dynamic sampling)."""
+        whose rewards are all equal at most ``max_resample`` times (dynamic sampling).
+        Advantages are computed once over every group the step keeps, so an estimator
+        that scales over the batch sees the whole batch."""
         cfg = self.cfg
         data = StepData(
             position_before=self.position, weights_version=self.version, began=time.perf_counter()
         )
+        kept: list[tuple[list[Episode], list[float]]] = []
         wanted = cfg.tasks_per_step
         for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
-            tasks = self._tasks(records, wanted if attempt == 0 else wanted - data.groups)
+            tasks = self._tasks(records, wanted if attempt == 0 else wanted - len(kept))
             episodes = self.harness.run(
                 tasks, cfg.group_size, seed=self.seed * 100_003 + step * 31 + attempt
             )
@@ -159,26 +155,25 @@ class RLTrainer:
             data.drawn_rewards += rewards
             for g in range(len(tasks)):
                 members = slice(g * cfg.group_size, (g + 1) * cfg.group_size)
-                group_rewards = rewards[members]
-                flat = len(set(group_rewards)) == 1
+                flat = len(set(rewards[members])) == 1
                 data.zero_variance += flat
                 data.drawn += 1
-                if flat and cfg.dynamic_sampling:
-                    continue
-                group_eps = episodes[members]
-                rollouts = [
-                    Rollout(r, tuple(t.state for t in e.turns))
-                    for e, r in zip(group_eps, group_rewards, strict=True)
-                ]
-                (per_turn,) = advantages(cfg.advantage, [rollouts], cfg.gamma, cfg.omega)
-                for episode, reward, turns in zip(group_eps, group_rewards, per_turn, strict=True):
-                    cut = any(t.cut_off for t in episode.turns) and cfg.overlong == "filter"
-                    data.episodes.append(episode)
-                    data.rewards.append(reward)
-                    data.per_turn.append([0.0] * len(turns) if cut else turns)
-                data.groups += 1
-            if data.groups >= wanted or not cfg.dynamic_sampling:
+                if not (flat and cfg.dynamic_sampling):
+                    kept.append((episodes[members], rewards[members]))
+            if len(kept) >= wanted or not cfg.dynamic_sampling:
                 break
+        groups = [
+            [Rollout(r, tuple(t.state for t in e.turns)) for e, r in zip(eps, rs, strict=True)]
+            for eps, rs in kept
+        ]
+        per_group = advantages(cfg.advantage, groups, cfg.gamma, cfg.omega, cfg.scale)
+        for (group_eps, group_rewards), per_turn in zip(kept, per_group, strict=True):
+            for episode, reward, turns in zip(group_eps, group_rewards, per_turn, strict=True):
+                cut = any(t.cut_off for t in episode.turns) and cfg.overlong == "filter"
+                data.episodes.append(episode)
+                data.rewards.append(reward)
+                data.per_turn.append([0.0] * len(turns) if cut else turns)
+        data.groups = len(kept)
         data.ended = time.perf_counter()
         return data
 
@@ -288,7 +283,7 @@ class RLTrainer:
         """Run to ``cfg.steps``; (steps, history, step resumed from)."""
         from tqdm import tqdm
 
-        start, history = self._resume(ckpt)
+        start, history, saved = self._resume(ckpt)
         ckpt.mkdir(parents=True, exist_ok=True)
         # the engine starts on the weights it was built with: give it these (a resumed
         # run's included)
@@ -304,6 +299,9 @@ class RLTrainer:
         # max_staleness 1: step k+1's rollouts run in this thread while step k updates
         pool = ThreadPoolExecutor(1, "rollouts") if self.cfg.max_staleness else None
         ahead: Future[StepData] | None = None
+        if saved is not None:  # the rollouts that ran ahead of the checkpoint
+            ahead = Future()
+            ahead.set_result(saved)
         engine_free = time.perf_counter()  # when the engine last finished a step's rollouts
         try:
             for step in range(start, self.cfg.steps):
@@ -343,9 +341,7 @@ class RLTrainer:
                 )
                 done = step + 1
                 if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
-                    # a resumed run redraws the tasks whose rollouts ran ahead
-                    position = next_data.position_before if next_data else self.position
-                    self._checkpoint(ckpt, done, history, position)
+                    self._checkpoint(ckpt, done, history, next_data)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -369,25 +365,41 @@ class RLTrainer:
             torch.distributed.barrier()
         return time.perf_counter() - tick
 
-    def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
+    def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]], StepData | None]:
+        """The step, history and rollouts run ahead that ``ckpt`` holds (none: 0, [], None)."""
         client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)
         if client is None:
-            return 0, []
+            return 0, [], None
         torch.set_rng_state(client["torch_rng"])
         self.rng.setstate(client["python_rng"])
+        if self.rollout_rng is not self.rng:
+            self.rollout_rng.setstate(client["rollout_rng"])
         self.position = int(client["position"])
-        return int(client["step"]), list(client["history"])
+        ahead = client.get("ahead")
+        if ahead is not None:  # its clock was the killed process's: keep only its length
+            ahead.began, ahead.ended = (
+                time.perf_counter() - (ahead.ended - ahead.began),
+                time.perf_counter(),
+            )
+        return int(client["step"]), list(client["history"]), ahead
 
     def _checkpoint(
-        self, ckpt: Path, step: int, history: list[dict[str, float]], position: int
+        self, ckpt: Path, step: int, history: list[dict[str, float]], ahead: StepData | None
     ) -> None:
+        """Everything a resumed run needs to go on as this one would: the weights and
+        optimizer, the task position, every RNG, and the rollouts that already ran ahead
+        of ``step`` on the weights before it (``ahead``), which the resumed run trains on
+        instead of drawing other tasks, samples and random rewards on newer weights."""
         client = {
             "step": step,
             "history": history,
-            "position": position,
+            "position": self.position,
             "torch_rng": torch.get_rng_state(),
             "python_rng": self.rng.getstate(),
+            "ahead": ahead,
         }
+        if self.rollout_rng is not self.rng:
+            client["rollout_rng"] = self.rollout_rng.getstate()
         checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
 
 
