@@ -269,8 +269,7 @@ def test_collect_scales_advantages_over_the_steps_groups(dataset: Path) -> None:
     group, batch = data["group"], data["batch"]
     assert group.rewards == batch.rewards and group.groups == batch.groups == 4
     groups = [group.rewards[g * 8 : (g + 1) * 8] for g in range(4)]
-    spreads = {round(stdev(g), 6) for g in groups if len(set(g)) > 1}
-    assert len(spreads) >= 2, groups  # groups of different spread: the scales must differ
+    assert any(len(set(g)) > 1 for g in groups), groups  # some signal to scale
     centred = [r - fmean(g) for g in groups for r in g]
     whitened = [(a - fmean(centred)) / pstdev(centred) for a in centred]
     assert [t[0] for t in batch.per_turn] == pytest.approx(whitened)
@@ -278,3 +277,4 @@ def test_collect_scales_advantages_over_the_steps_groups(dataset: Path) -> None:
         (r - fmean(g)) / (stdev(g) + 1e-6) if len(set(g)) > 1 else 0.0 for g in groups for r in g
     ]
     assert [t[0] for t in group.per_turn] == pytest.approx(by_group)
+    assert by_group != pytest.approx(whitened)  # the flat groups' zeros count in the batch
