@@ -12,7 +12,7 @@ import hashlib
 import importlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -392,6 +392,10 @@ class SftSection(TrainSection):
     format_check: FormatCheckSection = FormatCheckSection()
 
 
+ContextStrategy = Literal["none", "window", "summary", "adaptive"]
+CONTEXT_STRATEGIES: tuple[str, ...] = get_args(ContextStrategy)  # what harness.context takes
+
+
 class HarnessSection(Strict):
     """How a model acts: the agent loop shared by rl, eval and ``agentrl rollout``."""
 
@@ -423,14 +427,14 @@ class HarnessSection(Strict):
     context_limit: int = Field(
         1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
     )
-    context: Literal["none", "window", "summary", "adaptive"] = Field(
+    context: ContextStrategy = Field(
         "none",
         description="none: the full history; window: keep the task and the last "
         "`window_keep` tool responses, older ones become a one-line omission marker "
         "(sliding-window observation filtering); summary: past `summary_at` of the "
         "limit the model writes a progress summary (a trained turn) and the episode "
-        "restarts from the task and that summary in a new segment (context restart, "
-        "seeds/ note on context management); adaptive: the same restart, asked for only "
+        "restarts from the task and that summary in a new segment (a context restart: "
+        "README, the harness); adaptive: the same restart, asked for only "
         "when the turns still allowed, at the largest growth per turn seen so far, would "
         "not fit in the room left (the threshold follows the remaining budget and the "
         "observed turn sizes instead of a fixed share).",
@@ -480,6 +484,13 @@ class RLSection(Strict):
         "(Dr.GRPO); rloo: leave-one-out baseline; reinforce_pp_baseline: R - mean, then "
         "batch whitening (REINFORCE++); gigpo: grpo plus omega x a step advantage within "
         "anchor-state groups (GiGPO, arXiv 2505.10978).",
+    )
+    scale: Literal["group", "batch", "none"] | None = Field(
+        None,
+        description="How episode advantages are scaled after the baseline (TRL's "
+        "scale_rewards): group: by the group's reward std; batch: whitened over every group "
+        "the step keeps; none: left as they are. None: the estimator's own (grpo, gigpo: "
+        "group; reinforce_pp_baseline: batch; dr_grpo, rloo: none).",
     )
     gamma: float = Field(0.95, gt=0, le=1, description="gigpo: discount per remaining turn.")
     omega: float = Field(1.0, ge=0, description="gigpo: weight of the step advantage.")
@@ -709,6 +720,22 @@ class EvalSection(Strict):
         return self
 
 
+def rl_engine_rule(rl: RLSection, harness: HarnessSection) -> str | None:
+    """What stops ``rl`` from running on ``harness``'s engine, if anything."""
+    if rl.max_staleness and harness.engine != "openai":
+        return (
+            f"rl.max_staleness: {rl.max_staleness} with harness.engine: {harness.engine}: "
+            "rollouts run ahead only on an engine in its own process; set harness.engine: "
+            "openai or rl.max_staleness: 0"
+        )
+    if rl.lora.r and harness.engine == "openai":
+        return (
+            f"rl.lora.r: {rl.lora.r} with harness.engine: openai: the rollout server takes "
+            "full weights; set rl.lora.r: 0 or harness.engine: hf"
+        )
+    return None
+
+
 class Params(Strict):
     base: BaseSection = BaseSection()
     tracking: TrackingSection = TrackingSection()
@@ -728,6 +755,12 @@ class Params(Strict):
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return getattr(self, name).model_dump(mode="json")
+
+    @model_validator(mode="after")
+    def _rl_on_its_engine(self) -> Params:
+        if problem := rl_engine_rule(self.rl, self.harness):
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _eval_within_synth(self) -> Params:

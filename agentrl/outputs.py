@@ -46,12 +46,17 @@ def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
     write_json_atomic(path, without_wall_clock(metrics))
 
 
-def write_plot(path: Path, history: list[dict[str, float]], columns: tuple[str, ...]) -> None:
+def write_plot(path: Path, history: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
     """A DVC plot file: one tab-separated row per logged step, written atomically, without
-    wall-clock columns (they are in MLflow), so equal inputs give equal bytes."""
-    columns = tuple(c for c in columns if not is_wall_clock(c))
+    wall-clock columns (they are in MLflow), so equal inputs give equal bytes. A row
+    with a key ``columns`` does not name is an error (never a silently dropped figure); a
+    row without one leaves it blank."""
+    unknown = sorted({key for row in history for key in row} - set(columns))
+    if unknown:
+        raise ValueError(f"{path}: rows carry columns the plot does not name: {unknown}")
+    kept = [c for c in columns if not is_wall_clock(c)]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, delimiter="\t", extrasaction="ignore", restval="")
+    writer = csv.DictWriter(buffer, kept, delimiter="\t", extrasaction="ignore", restval="")
     writer.writeheader()
     writer.writerows(history)
     write_text_atomic(path, buffer.getvalue())

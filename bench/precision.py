@@ -159,7 +159,7 @@ def rl_figures(params: Params, tasks: int) -> dict[str, dict[str, Any]]:
         data = trainer.collect(records, 0)
         out[f"rollout {precision}"] = rollout_figures(data) | step1_gap(trainer, data)
         if precision == "fp32":  # the alternative to a bf16 copy: autocast over the module
-            trainer.position = 0
+            trainer.rollouts.position = 0
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 shared = trainer.collect(records, 0)
             out["rollout bf16 autocast"] = rollout_figures(shared)

@@ -62,6 +62,14 @@ def test_repository_params_are_valid() -> None:
         ),
         (lambda p: p.update(model={"sha256": "abc"}), "model.sha256: String should match"),
         (lambda p: p.update(sft={"lora": {"r": -1}}), "sft.lora.r: Input should be greater"),
+        (  # rules across sections: before any model loads
+            lambda p: p.update(rl={"max_staleness": 1}, harness={"engine": "hf"}),
+            "rl.max_staleness: 1 with harness.engine: hf: rollouts run ahead only on an engine",
+        ),
+        (
+            lambda p: p.update(rl={"lora": {"r": 8}}, harness={"engine": "openai"}),
+            "rl.lora.r: 8 with harness.engine: openai: the rollout server takes full weights",
+        ),
     ],
 )
 def test_bad_params_name_file_key_and_problem(tmp_path: Path, mutate, expected: str) -> None:

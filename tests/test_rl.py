@@ -240,7 +240,41 @@ def test_running_ahead_needs_an_engine_in_its_own_process() -> None:
     from agentrl.config import ConfigError
 
     cfg = RLSection(max_staleness=1)  # refused before any model is touched
-    with pytest.raises(ConfigError, match=r"rl\.max_staleness: 1 needs harness\.engine openai"):
+    with pytest.raises(ConfigError, match=r"rl\.max_staleness: 1 with harness\.engine: hf: "):
         RLTrainer(
             cfg, HarnessSection(), None, None, get_format("hermes"), Registry(), 0, "", "fp32"
         )
+
+
+def test_collect_scales_advantages_over_the_steps_groups(dataset: Path) -> None:
+    """Advantages come from one call over every kept group: ``batch`` whitens the
+    group-centred rewards over the whole step, ``group`` divides each group by its std."""
+    import copy
+    from statistics import fmean, pstdev, stdev
+
+    fmt = get_format("hermes")
+    model, tokenizer = digit_model(dataset, TINY_MODEL)
+    harness_cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256)
+    data = {}
+    for scale in ("group", "batch"):
+        cfg = RLSection(
+            tasks_per_step=4, group_size=8, grounded_only=False, dynamic_sampling=False,
+            overlong="keep", scale=scale,
+        )  # fmt: skip
+        trainer = RLTrainer(
+            cfg, harness_cfg, copy.deepcopy(model), tokenizer, fmt, Registry(), 0, "s", "fp32"
+        )
+        data[scale] = trainer.collect(digit_tasks(4, answer=7), step=0)
+        trainer.harness.close()
+    group, batch = data["group"], data["batch"]
+    assert group.rewards == batch.rewards and group.groups == batch.groups == 4
+    groups = [group.rewards[g * 8 : (g + 1) * 8] for g in range(4)]
+    assert any(len(set(g)) > 1 for g in groups), groups  # some signal to scale
+    centred = [r - fmean(g) for g in groups for r in g]
+    whitened = [(a - fmean(centred)) / pstdev(centred) for a in centred]
+    assert [t[0] for t in batch.per_turn] == pytest.approx(whitened)
+    by_group = [
+        (r - fmean(g)) / (stdev(g) + 1e-6) if len(set(g)) > 1 else 0.0 for g in groups for r in g
+    ]
+    assert [t[0] for t in group.per_turn] == pytest.approx(by_group)
+    assert by_group != pytest.approx(whitened)  # the flat groups' zeros count in the batch

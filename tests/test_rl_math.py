@@ -182,3 +182,12 @@ def test_rewards_grounded_only_penalty_and_the_random_control() -> None:
     on_success = [d for d, e in zip(drawn, many, strict=True) if e.grounded]
     on_failure = [d for d, e in zip(drawn, many, strict=True) if not e.grounded]
     assert abs(sum(on_success) / len(on_success) - sum(on_failure) / len(on_failure)) < 0.05
+
+
+def test_a_scale_overrides_the_estimators_own() -> None:
+    groups = [group(1.0, 0.0), group(3.0, 0.0)]
+    assert flat(advantages("grpo", groups, scale="none")) == flat(advantages("dr_grpo", groups))
+    batch = flat(advantages("grpo", groups, scale="batch"))
+    assert batch == flat(advantages("reinforce_pp_baseline", groups))
+    with pytest.raises(ValueError, match="unknown advantage scale 'step'"):
+        advantages("grpo", groups, scale="step")

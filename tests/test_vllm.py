@@ -120,7 +120,7 @@ def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
         cfg = RLSection(
             steps=steps, tasks_per_step=4, group_size=8, lr=1e-3, mini_batch=32,
             micro_batch_size=16, grounded_only=False, checkpoint_every=1,
-            dynamic_sampling=False, max_staleness=1,
+            dynamic_sampling=False, max_staleness=1, reward="random",
         )  # fmt: skip
         return RLTrainer(
             cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "a", "fp32"
@@ -129,7 +129,10 @@ def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
     class Killed(Exception):
         pass
 
-    def die_after_two(step: int, _: dict) -> None:
+    logged: dict[int, dict] = {}
+
+    def die_after_two(step: int, metrics: dict) -> None:
+        logged[step] = metrics
         if step == 2:  # checkpoint 2 is written after the log: it dies before it
             raise Killed
 
@@ -141,9 +144,11 @@ def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
     steps, history, resumed = second.train(tasks, tmp_path / "ckpt", lambda *_: None)
     second.harness.close()
     assert (steps, resumed, len(history)) == (4, 1, 4)
-    # the first step of a run or a resumed run is rolled out in turn, the others one
-    # version behind, never more
-    assert [h["staleness"] for h in history] == [0.0, 0.0, 1.0, 1.0]
+    # step 2's rollouts ran ahead before the kill and were checkpointed with step 1: the
+    # resumed run trains on them (same random rewards, same loss), one version behind
+    for key in ("reward_mean", "reward_std", "grounded_success", "policy_loss", "staleness"):
+        assert history[1][key] == logged[2][key], key
+    assert [h["staleness"] for h in history] == [0.0, 1.0, 1.0, 1.0]
     for h in history:
         print(h["step"], {k: round(v, 3) for k, v in h.items() if k.startswith("time_")})
     # while steps 1-3 updated, the next step's rollouts were being generated; step 4 is last

@@ -26,7 +26,7 @@ from typing import Any
 from agentrl.atomic import atomic_dir
 from agentrl.bfcl.bench import load_questions, run_bfcl
 from agentrl.chat import get_format
-from agentrl.config import Params
+from agentrl.config import CONTEXT_STRATEGIES, Params
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
 from agentrl.eval.suite import Cell, check_task_counts, nest, paired, run_cells
@@ -37,7 +37,6 @@ from agentrl.precision import stage_precision
 from agentrl.stats import paired_difference
 from agentrl.tracking import flatten, stage_run
 
-CONTEXT_STRATEGIES = ("none", "window", "summary", "adaptive")
 TABLE_COLUMNS = ("checkpoint", "variant", "split", "grounded_success", "grounded_success_low",
                  "grounded_success_high", "success", "pass_at_1", "reward", "tool_call_validity",
                  "tool_error_rate", "turns", "tokens_per_episode", "peak_context", "episodes")  # fmt: skip

@@ -10,7 +10,7 @@ from agentrl.chat.formats import IM_END
 from agentrl.config import HarnessSection
 from agentrl.harness.engine import Engine, HFEngine
 from agentrl.model.build import load_model_dir, load_tokenizer_dir
-from agentrl.precision import DTYPES, Resolved
+from agentrl.precision import DTYPES, Resolved, generation_model
 
 
 def openai_engine(cfg: HarnessSection, tokenizer: Any) -> Engine:
@@ -32,3 +32,13 @@ def build_engine(
         return openai_engine(cfg, tokenizer), tokenizer
     model, tokenizer = load_model_dir(model_dir, fmt, DTYPES[precision])
     return HFEngine(model, tokenizer, bucket=cfg.engine_batch), tokenizer
+
+
+def trainer_engine(cfg: HarnessSection, policy: Any, tokenizer: Any, precision: Resolved) -> Engine:
+    """The rollout engine of a trainer that holds ``policy`` (the causal LM it updates):
+    the server's client for ``openai``; for ``hf`` an engine on ``policy`` itself, or on
+    its bf16 copy when ``precision`` trains bf16 over float32 master weights (the copy is
+    refreshed after every update: ``rl/weight_sync.py``)."""
+    if cfg.engine == "openai":
+        return openai_engine(cfg, tokenizer)
+    return HFEngine(generation_model(policy, precision), tokenizer, bucket=cfg.engine_batch)

@@ -3,10 +3,11 @@
 Every engine takes and returns token ids, so trajectories stay token-exact whichever
 engine made them. ``HFEngine`` runs an in-process transformers model: batched generation
 with a KV cache, left padding, the end-of-turn token as stop id (and optional stop
-strings), temperature and top-p,
-seeded per call. ``OpenAIEngine`` (``openai_engine.py``) does the same over HTTP. Its log-probs are those of the sampled token under the model's own
-distribution (temperature 1, before top-p), the quantity the trainer recomputes, so the
-rollout/train gap measures engine mismatch only.
+strings), temperature and top-p, each prompt sampled from its own stream of the call's
+seed. ``OpenAIEngine`` (``openai_engine.py``) does the same over HTTP. Their log-probs are
+those of the sampled token under the model's own distribution (temperature 1, before
+top-p), the quantity the trainer recomputes, so the rollout/train gap measures engine
+mismatch only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-STRATEGIES = ("none", "window", "summary", "adaptive")
+from agentrl.config import CONTEXT_STRATEGIES
 
 
 def read_tsv(path: Path) -> list[dict[str, float | str]]:
@@ -99,7 +99,7 @@ def eval_bars(cells: list[dict[str, Any]], out: Path) -> None:
 def horizon_lines(rows: list[dict[str, Any]], out: Path) -> None:
     """long_horizon grounded success against task horizon, a line per context strategy."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for strategy in STRATEGIES:
+    for strategy in CONTEXT_STRATEGIES:
         points = [(r["horizon"], r[strategy]) for r in rows if strategy in r]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=strategy)

@@ -28,6 +28,7 @@ from agentrl.tracking import content_digest, stage_run
 PLOT_COLUMNS = (
     "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
     "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
+    "is_weight_max", "sequences", "update_skipped",
     "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
     "compactions", "rollout_tokens_per_s", "update_tokens_per_s", "time_rollout_s",
     "time_reference_s", "time_update_s", "time_sync_s", "staleness", "time_overlap_s",

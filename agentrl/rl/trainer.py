@@ -1,15 +1,17 @@
-"""The RL loop on DeepSpeed: tasks -> G rollouts each through the harness -> rewards ->
-advantages -> PPO-clip updates -> the rollout engine gets the new weights -> metrics ->
-checkpoint.
+"""The RL loop on DeepSpeed: rollouts (``rollouts.py``: tasks -> G episodes each through
+the harness -> rewards -> advantages) -> PPO-clip updates -> the rollout engine gets the
+new weights (``weight_sync.py``) -> metrics -> checkpoint.
 
-The rollout engine is ``harness.engine``: ``hf`` holds the very module DeepSpeed updates
-(no copy) or, when ``base.precision`` is bf16 over float32 master weights, a bf16 copy
-of it refreshed after every update (``bench/precision.py`` measured it against autocast
-over the shared module); ``openai`` is a server (vLLM, ``agentrl serve``) that loads a snapshot written
-after every update (``weight_sync.py``), checked at start against the trainer's log-probs.
+The rollout engine is ``harness.engine`` (``harness/build.py``): ``hf`` holds the very
+module DeepSpeed updates (no copy) or, when ``base.precision`` is bf16 over float32 master
+weights, a bf16 copy of it refreshed after every update (``bench/precision.py`` measured it
+against autocast over the shared module); ``openai`` is a server (vLLM, ``agentrl serve``)
+that loads a snapshot written after every update, checked at start against the trainer's
+log-probs.
 
 A killed run continues from its last checkpoint: DeepSpeed's model and optimizer state
-plus the step, the task position and every RNG, so the continued run draws what the
+plus the step, every RNG, the rollout source's state (task position, its own random
+stream) and the rollouts that ran one step ahead, so the continued run trains on what the
 uninterrupted one would have.
 """
 
@@ -18,25 +20,22 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from statistics import fmean, pstdev
+from statistics import fmean
 from typing import Any
 
 import numpy as np
 import torch
 
-from agentrl.config import ConfigError, HarnessSection, RLSection
-from agentrl.harness.build import openai_engine
+from agentrl.config import ConfigError, HarnessSection, RLSection, rl_engine_rule
+from agentrl.harness.build import trainer_engine
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
-from agentrl.harness.records import Episode
 from agentrl.model.logprobs import causal_lm
 from agentrl.model.lora import apply_lora, format_token_ids, trainable
-from agentrl.precision import Resolved, autocast, generation_model
-from agentrl.rl.advantages import Rollout, advantages
+from agentrl.precision import Resolved, autocast
 from agentrl.rl.batch import (
     TrainSequence,
     collate,
@@ -45,30 +44,43 @@ from agentrl.rl.batch import (
     to_sequences,
 )
 from agentrl.rl.loss import LossConfig, policy_loss
-from agentrl.rl.rewards import outcome_rewards
-from agentrl.rl.weight_sync import check_served_weights, write_snapshot
+from agentrl.rl.rollouts import (
+    EpisodeRollouts,
+    RolloutSchedule,
+    StepData,
+    pipeline_figures,
+    rollout_figures,
+)
+from agentrl.rl.weight_sync import check_served_weights, sync_weights
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed, skip_lone_allreduce
 
+# checkpoints of another layout are not continued (checkpoint.load deletes them)
+CHECKPOINT_LAYOUT = "rl-checkpoint-2"
 
-@dataclass
-class StepData:
-    episodes: list[Episode] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    per_turn: list[list[float]] = field(default_factory=list)
-    groups: int = 0  # groups kept for the update
-    drawn: int = 0  # groups rolled out
-    zero_variance: int = 0  # of those, groups whose rewards were all equal
-    generated: int = 0  # tokens sampled, discarded groups included
-    drawn_episodes: list[Episode] = field(default_factory=list)  # every rollout of the step
-    drawn_rewards: list[float] = field(default_factory=list)
-    position_before: int = 0  # tasks drawn before this step's
-    weights_version: int = 0  # updates the rollout weights had seen
-    began: float = 0.0  # perf_counter interval of the rollouts
-    ended: float = 0.0
+
+class Stopwatch:
+    """The named intervals of one step, each [began, ended] on ``time.perf_counter``."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    @contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        yield
+        self.spans[name] = (began, time.perf_counter())
+
+    def seconds(self, *names: str) -> float:
+        return sum(self.spans[n][1] - self.spans[n][0] for n in names if n in self.spans)
 
 
 class RLTrainer:
+    """The policy on DeepSpeed, its rollout engine and harness, and the loop that trains
+    it: ``train`` runs to ``rl.steps`` (resuming a checkpoint), ``update`` is one step's
+    PPO-clip update, ``sync_weights`` hands the engine the new weights. Where a step's data
+    comes from is ``self.rollouts`` (a rollout source)."""
+
     def __init__(
         self,
         cfg: RLSection,
@@ -83,12 +95,10 @@ class RLTrainer:
     ):
         import deepspeed
 
-        if cfg.max_staleness and harness_cfg.engine != "openai":
-            raise ConfigError(
-                f"rl.max_staleness: {cfg.max_staleness} needs harness.engine openai: the "
-                "engine must run in its own process while the trainer updates"
-            )
-        self.cfg, self.seed, self.fingerprint = cfg, seed, fingerprint
+        if problem := rl_engine_rule(cfg, harness_cfg):  # params.yaml refuses it at load
+            raise ConfigError(problem)
+        self.cfg, self.seed = cfg, seed
+        self.fingerprint = f"{fingerprint}:{CHECKPOINT_LAYOUT}"
         self.precision = precision
         self.rank, self.world = setup_distributed()
         if cfg.threads:
@@ -106,18 +116,8 @@ class RLTrainer:
         )
         skip_lone_allreduce(self.engine, self.world, cfg.zero_stage)
         self.tokenizer, self.fmt = tokenizer, fmt
-        if harness_cfg.engine == "openai":
-            if cfg.lora.r:
-                raise ConfigError(
-                    f"rl.lora.r: {cfg.lora.r} with harness.engine openai: the rollout server "
-                    "takes full weights; set rl.lora.r: 0 or harness.engine: hf"
-                )
-            self.rollout_engine = openai_engine(harness_cfg, tokenizer)
-        else:  # the module DeepSpeed updates, or its copy in the generation precision
-            policy = causal_lm(self.engine.module)
-            self.rollout_engine = HFEngine(
-                generation_model(policy, precision), tokenizer, bucket=harness_cfg.engine_batch
-            )
+        policy = causal_lm(self.engine.module)
+        self.rollout_engine = trainer_engine(harness_cfg, policy, tokenizer, precision)
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
         self.loss_cfg = LossConfig(
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
@@ -125,62 +125,12 @@ class RLTrainer:
         )  # fmt: skip
         self.rng = random.Random(seed)
         # rollouts ahead of the update draw their random rewards from their own stream
-        self.rollout_rng = random.Random(seed + 1) if cfg.max_staleness else self.rng
-        self.position = 0  # tasks drawn so far
-        self.version = 0  # updates the rollout engine's weights have seen
-
-    # --- tasks and rollouts --------------------------------------------------------------
-    def _tasks(self, records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-        """The next ``n`` tasks of a seeded shuffle, reshuffled every pass."""
-        out = []
-        for _ in range(n):
-            epoch, offset = divmod(self.position, len(records))
-            order = np.random.default_rng(self.seed + epoch).permutation(len(records))
-            out.append(records[order[offset]])
-            self.position += 1
-        return out
+        rollout_rng = random.Random(seed + 1) if cfg.max_staleness else self.rng
+        self.rollouts = EpisodeRollouts(cfg, self.harness, seed, rollout_rng)
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
-        """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
-        whose rewards are all equal at most ``max_resample`` times (dynamic sampling)."""
-        cfg = self.cfg
-        data = StepData(
-            position_before=self.position, weights_version=self.version, began=time.perf_counter()
-        )
-        wanted = cfg.tasks_per_step
-        for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
-            tasks = self._tasks(records, wanted if attempt == 0 else wanted - data.groups)
-            episodes = self.harness.run(
-                tasks, cfg.group_size, seed=self.seed * 100_003 + step * 31 + attempt
-            )
-            rewards = outcome_rewards(episodes, cfg, self.rollout_rng)
-            data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
-            data.drawn_episodes += episodes
-            data.drawn_rewards += rewards
-            for g in range(len(tasks)):
-                members = slice(g * cfg.group_size, (g + 1) * cfg.group_size)
-                group_rewards = rewards[members]
-                flat = len(set(group_rewards)) == 1
-                data.zero_variance += flat
-                data.drawn += 1
-                if flat and cfg.dynamic_sampling:
-                    continue
-                group_eps = episodes[members]
-                rollouts = [
-                    Rollout(r, tuple(t.state for t in e.turns))
-                    for e, r in zip(group_eps, group_rewards, strict=True)
-                ]
-                (per_turn,) = advantages(cfg.advantage, [rollouts], cfg.gamma, cfg.omega)
-                for episode, reward, turns in zip(group_eps, group_rewards, per_turn, strict=True):
-                    cut = any(t.cut_off for t in episode.turns) and cfg.overlong == "filter"
-                    data.episodes.append(episode)
-                    data.rewards.append(reward)
-                    data.per_turn.append([0.0] * len(turns) if cut else turns)
-                data.groups += 1
-            if data.groups >= wanted or not cfg.dynamic_sampling:
-                break
-        data.ended = time.perf_counter()
-        return data
+        """Step ``step``'s rollouts, now, from the rollout source."""
+        return self.rollouts.collect(records, step)
 
     # --- update ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -288,7 +238,8 @@ class RLTrainer:
         """Run to ``cfg.steps``; (steps, history, step resumed from)."""
         from tqdm import tqdm
 
-        start, history = self._resume(ckpt)
+        schedule = RolloutSchedule(self.rollouts, ahead=bool(self.cfg.max_staleness))
+        start, history = self._resume(ckpt, schedule)
         ckpt.mkdir(parents=True, exist_ok=True)
         # the engine starts on the weights it was built with: give it these (a resumed
         # run's included)
@@ -299,39 +250,34 @@ class RLTrainer:
                 self.cfg.logprob_chunk, self.cfg.sync_tolerance, self.precision,
             )  # fmt: skip
             print(f"rl: the rollout server samples from the trainer's weights (gap {gap:.1e})")
-        self.version = start
+        self.rollouts.version = start
         bar = tqdm(total=self.cfg.steps, initial=start, desc="rl", disable=self.rank != 0)
-        # max_staleness 1: step k+1's rollouts run in this thread while step k updates
-        pool = ThreadPoolExecutor(1, "rollouts") if self.cfg.max_staleness else None
-        ahead: Future[StepData] | None = None
         engine_free = time.perf_counter()  # when the engine last finished a step's rollouts
         try:
             for step in range(start, self.cfg.steps):
-                tick = time.perf_counter()
-                data = ahead.result() if ahead else self.collect(records, step)
-                waited = time.perf_counter() - tick
-                ahead = None
-                if pool is not None and step + 1 < self.cfg.steps:
-                    ahead = pool.submit(self.collect, records, step + 1)
-                began = time.perf_counter()
-                figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
-                ended = time.perf_counter()
-                # the rollouts ahead end before new weights go out: one version per step
-                next_data = ahead.result() if ahead is not None else None
-                joined = time.perf_counter() - ended
-                sync_s = self.sync_weights(ckpt)
-                self.version = step + 1
+                watch = Stopwatch()
+                with watch.span("wait"):  # for rollouts: all of them when run in turn
+                    data = schedule.take(records, step)
+                if step + 1 < self.cfg.steps:  # max_staleness 1: on the weights before the update
+                    schedule.start(records, step + 1)
+                with watch.span("update"):
+                    figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
+                with watch.span("join"):  # rollouts ahead end before new weights go out
+                    ahead = schedule.wait()
+                with watch.span("sync"):
+                    self.sync_weights(ckpt)
+                self.rollouts.version = step + 1
                 metrics = (
-                    rollout_figures(data, data.ended - data.began)
+                    rollout_figures(data)
                     | figures
-                    | pipeline_figures(next_data or data, began, ended, engine_free)
+                    | pipeline_figures(ahead or data, *watch.spans["update"], engine_free)
                     | {
-                        "time_sync_s": sync_s,
-                        "time_trainer_idle_s": waited + joined,
+                        "time_sync_s": watch.seconds("sync"),
+                        "time_trainer_idle_s": watch.seconds("wait", "join"),
                         "staleness": float(step - data.weights_version),
                     }
                 )
-                engine_free = (next_data or data).ended
+                engine_free = (ahead or data).ended
                 history.append({"step": step + 1, **metrics})
                 on_log(step + 1, metrics)
                 bar.update(1)
@@ -343,93 +289,40 @@ class RLTrainer:
                 )
                 done = step + 1
                 if done % self.cfg.checkpoint_every == 0 or done == self.cfg.steps:
-                    # a resumed run redraws the tasks whose rollouts ran ahead
-                    position = next_data.position_before if next_data else self.position
-                    self._checkpoint(ckpt, done, history, position)
+                    self._checkpoint(ckpt, done, history, ahead)
         finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            schedule.close()
         bar.close()
         return self.cfg.steps, history, start
 
-    def sync_weights(self, ckpt: Path) -> float:
-        """Give the rollout engine the trainer's weights; seconds it took."""
-        tick = time.perf_counter()
-        if isinstance(self.rollout_engine, HFEngine):
-            policy = causal_lm(self.engine.module)
-            if self.rollout_engine.model is not policy:  # the bf16 copy: refresh it
-                copy_weights(policy, self.rollout_engine.model)
-            if self.rollout_engine.cache is not None:
-                self.rollout_engine.cache.clear()  # keys and values of the old weights
-            return time.perf_counter() - tick
-        snapshot = write_snapshot(self.engine.module, ckpt / "serving", self.rank)
-        if self.rank == 0:  # one server for every rank: one reload
-            self.rollout_engine.load_weights(snapshot)
-        if self.world > 1:
-            torch.distributed.barrier()
-        return time.perf_counter() - tick
+    def sync_weights(self, ckpt: Path) -> None:
+        """Give the rollout engine the trainer's weights."""
+        sync_weights(self.rollout_engine, self.engine.module, ckpt, self.rank, self.world)
 
-    def _resume(self, ckpt: Path) -> tuple[int, list[dict[str, float]]]:
+    def _resume(self, ckpt: Path, schedule: RolloutSchedule) -> tuple[int, list[dict[str, float]]]:
+        """The step and history ``ckpt`` holds (none: 0, []); its RNGs, rollout source
+        state and the rollouts that ran ahead are restored."""
         client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)
         if client is None:
             return 0, []
         torch.set_rng_state(client["torch_rng"])
         self.rng.setstate(client["python_rng"])
-        self.position = int(client["position"])
+        self.rollouts.restore(client["rollouts"])
+        schedule.resume(client["ahead"])
         return int(client["step"]), list(client["history"])
 
     def _checkpoint(
-        self, ckpt: Path, step: int, history: list[dict[str, float]], position: int
+        self, ckpt: Path, step: int, history: list[dict[str, float]], ahead: StepData | None
     ) -> None:
+        """Everything a resumed run needs to go on as this one would, the rollouts that
+        already ran ahead of ``step`` on the weights before it (``ahead``) included: the
+        resumed run trains on them instead of drawing others on newer weights."""
         client = {
             "step": step,
             "history": history,
-            "position": position,
             "torch_rng": torch.get_rng_state(),
             "python_rng": self.rng.getstate(),
+            "rollouts": self.rollouts.state(),
+            "ahead": ahead,
         }
         checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)
-
-
-@torch.no_grad()
-def copy_weights(source: Any, target: Any) -> None:
-    """Copy ``source``'s parameters and buffers into ``target`` (same modules, any dtype)."""
-    target_state = target.state_dict()
-    for name, value in source.state_dict().items():
-        target_state[name].copy_(value)
-
-
-def pipeline_figures(
-    rollouts: StepData, began: float, ended: float, engine_free: float
-) -> dict[str, float]:
-    """How a step's update [began, ended] and the rollouts the engine ran meanwhile (the
-    next step's when they run ahead, else this step's) shared the time: seconds they
-    overlapped, and seconds the engine sat idle since its previous rollouts ended."""
-    overlap = max(0.0, min(ended, rollouts.ended) - max(began, rollouts.began))
-    return {
-        "time_overlap_s": overlap,
-        "time_engine_idle_s": max(0.0, rollouts.began - engine_free),
-    }
-
-
-def rollout_figures(data: StepData, seconds: float) -> dict[str, float]:
-    """Figures of every rollout of the step (groups dropped for lack of signal included)."""
-    episodes, rewards = data.drawn_episodes, data.drawn_rewards
-    turns = [t for e in episodes for t in e.turns]
-    calls = sum(t.calls for t in turns)
-    failures = sum(sum(t.call_errors.values()) for t in turns)
-    return {
-        "reward_mean": fmean(rewards),
-        "reward_std": pstdev(rewards),
-        "success": fmean(e.success for e in episodes),
-        "grounded_success": fmean(e.grounded for e in episodes),
-        "groups": float(data.groups),
-        "zero_variance_share": data.zero_variance / max(1, data.drawn),
-        "response_tokens": data.generated / len(episodes),
-        "turns": len(turns) / len(episodes),
-        "tool_calls": calls / len(episodes),
-        "tool_failure_rate": failures / calls if calls else 0.0,
-        "compactions": fmean(e.compactions for e in episodes),
-        "rollout_tokens_per_s": data.generated / max(seconds, 1e-9),
-        "time_rollout_s": seconds,
-    }

@@ -17,8 +17,8 @@ import torch
 
 from agentrl.atomic import atomic_dir
 from agentrl.chat import ChatFormat, render_ids
-from agentrl.harness.engine import Engine, EngineError, Sampling
-from agentrl.model.logprobs import sequence_logprobs
+from agentrl.harness.engine import Engine, EngineError, HFEngine, Sampling
+from agentrl.model.logprobs import causal_lm, sequence_logprobs
 from agentrl.model.untie import untie_embeddings
 from agentrl.precision import Resolved, autocast
 
@@ -86,3 +86,30 @@ def check_served_weights(
             "harness.engine_reload to match the server"
         )
     return gap
+
+
+@torch.no_grad()
+def copy_weights(source: Any, target: Any) -> None:
+    """Copy ``source``'s parameters and buffers into ``target`` (same modules, any dtype)."""
+    target_state = target.state_dict()
+    for name, value in source.state_dict().items():
+        target_state[name].copy_(value)
+
+
+def sync_weights(engine: Engine, module: Any, ckpt: Path, rank: int, world: int) -> None:
+    """Give the rollout engine the weights of ``module`` (the module DeepSpeed trains). An
+    in-process engine holds it already, or its copy in the generation precision, which is
+    refreshed; its prefix cache holds keys of the old weights and is emptied. A server
+    loads a snapshot (rank 0 asks it: one server for every rank)."""
+    if isinstance(engine, HFEngine):
+        policy = causal_lm(module)
+        if engine.model is not policy:
+            copy_weights(policy, engine.model)
+        if engine.cache is not None:
+            engine.cache.clear()
+        return
+    snapshot = write_snapshot(module, ckpt / "serving", rank)
+    if rank == 0:
+        engine.load_weights(snapshot)
+    if world > 1:
+        torch.distributed.barrier()
