@@ -11,6 +11,7 @@ import yaml
 from conftest import ROOT
 
 from agentrl.config import CONTEXT_STRATEGIES, HarnessSection, RLSection
+from agentrl.harness.build import ENGINES
 from agentrl.outputs import write_plot
 from agentrl.rl.advantages import ESTIMATORS, SCALES
 
@@ -21,6 +22,10 @@ def test_context_strategies_are_the_harness_choices_and_the_horizon_plot() -> No
     (horizon,) = [p for p in plots if "horizon" in str(p)]
     (columns,) = next(iter(horizon.values()))["y"].values()
     assert tuple(columns) == CONTEXT_STRATEGIES
+
+
+def test_engines_are_the_harness_choices() -> None:
+    assert get_args(HarnessSection.model_fields["engine"].annotation) == tuple(ENGINES)
 
 
 def test_advantage_estimators_and_scales_are_the_rl_choices() -> None:
