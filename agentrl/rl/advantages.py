@@ -48,11 +48,17 @@ PerTurn = list[list[list[float]]]  # group -> rollout -> turn -> advantage
 SCALES = ("group", "batch", "none")
 
 
-def _normalized(values: Sequence[float], eps: float = 1e-6) -> list[float]:
-    if len(values) < 2:
-        return [0.0] * len(values)
-    mean, spread = fmean(values), stdev(values)
-    return [(v - mean) / (spread + eps) if spread > 0 else 0.0 for v in values]
+def _spread(values: Sequence[float]) -> float:
+    return stdev(values) if len(values) > 1 else 0.0
+
+
+def _divided(values: Sequence[float], spread: float, eps: float = 1e-6) -> list[float]:
+    """``values`` over ``spread`` (+eps); all zero when there is no spread."""
+    return [v / (spread + eps) if spread > 0 else 0.0 for v in values]
+
+
+def _normalized(values: Sequence[float]) -> list[float]:
+    return _divided(_centered(values), _spread(values))
 
 
 def _centered(values: Sequence[float]) -> list[float]:
@@ -89,12 +95,10 @@ ESTIMATORS: dict[str, Estimator] = {
 def _scaled(groups: list[list[Rollout]], based: list[list[float]], scale: str) -> list[list[float]]:
     """Baseline-subtracted episode advantages under ``scale``."""
     if scale == "group":
-        out = []
-        for group, values in zip(groups, based, strict=True):
-            rewards = [r.reward for r in group]
-            spread = stdev(rewards) if len(rewards) > 1 else 0.0
-            out.append([v / (spread + 1e-6) if spread > 0 else 0.0 for v in values])
-        return out
+        return [
+            _divided(values, _spread([r.reward for r in group]))
+            for group, values in zip(groups, based, strict=True)
+        ]
     if scale == "batch":
         flat = [a for values in based for a in values]
         if len(flat) < 2 or pstdev(flat) == 0:
