@@ -329,8 +329,11 @@ class TrainSection(Strict):
         "all", description="'assistant' masks system, user and tool-response tokens (SFT)."
     )
     context: int = Field(512, ge=32, description="Packed row length in tokens.")
-    overlong: Literal["drop", "truncate"] = Field(
-        "drop", description="Samples longer than context."
+    overlong: Literal["drop", "truncate", "split"] = Field(
+        "drop",
+        description="Samples longer than context: drop them, truncate them to context, or "
+        "split them into consecutive context-sized pieces, each its own document (the "
+        "second piece on sees no tokens of the first, as in chunked pre-training).",
     )
     packing: bool = Field(
         True,
@@ -476,7 +479,12 @@ class RLSection(Strict):
         "repeat a run over seeds (`-S rl.seed=1`) without re-synthesising the data.",
     )
     steps: int = Field(8, ge=1, description="RL steps (rollout + update) from models/sft.")
-    tasks_per_step: int = Field(4, ge=1, description="Tasks sampled from data/synth/rl per step.")
+    tasks_per_step: int = Field(
+        4,
+        ge=1,
+        description="Tasks sampled from data/synth/rl per step, over all ranks (each rolls out "
+        "an equal share).",
+    )
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"] = Field(
         "grpo",
@@ -732,6 +740,17 @@ def rl_engine_rule(rl: RLSection, harness: HarnessSection) -> str | None:
         return (
             f"rl.lora.r: {rl.lora.r} with harness.engine: openai: the rollout server takes "
             "full weights; set rl.lora.r: 0 or harness.engine: hf"
+        )
+    return None
+
+
+def rl_world_rule(rl: RLSection, world: int) -> str | None:
+    """What stops ``rl`` from running on ``world`` ranks, if anything: each rank rolls out
+    an equal share of the step's tasks."""
+    if rl.tasks_per_step % world:
+        return (
+            f"rl.tasks_per_step: {rl.tasks_per_step} does not divide over {world} ranks: "
+            "every rank rolls out an equal share of the step's tasks"
         )
     return None
 

@@ -2,12 +2,14 @@
 of data/synth/rl, with rollouts through the agent harness (params: rl, harness).
 
     python stages/rl.py                                      # what `dvc repro rl` runs
+    torchrun --nproc_per_node 2 stages/rl.py                 # two ranks, each its share of tasks
     dvc exp run -S rl.advantage=gigpo -S rl.reward=verifier  # an experiment, side by side
     dvc exp run -S rl.advantage=grpo -S rl.reward=random     # the falsification control
 
 Writes models/rl/, checkpoints/rl/ (resumable; kept by DVC), metrics/rl.json and
-plots/rl.tsv. Simplification, stated: one process (the rollout engine shares the module
-DeepSpeed trains); multi-GPU rollouts go through the openai engine and vLLM.
+plots/rl.tsv (rank 0). Simplification, stated: with the hf engine each rank generates
+with the module DeepSpeed trains on it, so rollouts and updates take turns on a rank;
+rollouts overlap updates only through a server (the openai engine and vLLM).
 """
 
 from __future__ import annotations

@@ -216,6 +216,87 @@ def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> No
     assert figures(project / "plots" / "rl.tsv") == figures(project / "p_ref" / "rl.tsv")
 
 
+def test_two_ranks_roll_out_their_own_tasks_and_train_one_model(project: Path) -> None:
+    """torchrun, two processes, ZeRO-2 on gloo: each rank rolls out other tasks, the
+    all-reduced update leaves both with the same weights after every step, and rank 0
+    alone writes the outputs and the MLflow run. The policy is the digit model on digit
+    tasks, so groups carry a learning signal; dynamic sampling drops the flat ones, so the
+    ranks train on unequal numbers of episodes (none, on some steps)."""
+    import sqlite3
+
+    from conftest import free_port
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["rl"] |= {
+        "steps": 3, "tasks_per_step": 4, "group_size": 4, "zero_stage": 2,
+        "checkpoint_every": 100, "grounded_only": False, "lr": 2e-3, "dynamic_sampling": True,
+    }  # fmt: skip
+    params["harness"] |= {"max_turns": 1, "max_new_tokens": 8, "context_limit": 256}
+    params["base"]["paths"] |= {
+        k: f"{k}_ranks" for k in ("data", "models", "checkpoints", "metrics", "plots")
+    }
+    write_params(project / "params_ranks.yaml", params)
+    model, tokenizer = digit_model(project / "data" / "synth", TINY_MODEL)
+    model.save_pretrained(project / "models_ranks" / "sft")
+    tokenizer.save_pretrained(project / "models_ranks" / "sft")
+    tasks = digit_tasks(16, answer=7)
+    (project / "data_ranks" / "synth" / "rl").mkdir(parents=True)
+    (project / "data_ranks" / "synth" / "rl" / "shard-00000.jsonl").write_text(
+        "".join(json.dumps(t) + "\n" for t in tasks)
+    )
+    database = project / "mlflow.db"
+
+    def rl_runs() -> int:
+        if not database.exists():
+            return 0
+        with sqlite3.connect(database) as db:
+            return db.execute("select count(*) from runs where name = 'rl'").fetchone()[0]
+
+    before = rl_runs()
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    done = subprocess.run(
+        [
+            torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), str(ROOT / "tests" / "rl_ranks_probe.py"),
+            "params_ranks.yaml", "probe",
+        ],
+        cwd=project, capture_output=True, text=True, timeout=600,
+        env=stage_env(MLFLOW_TRACKING_URI=f"sqlite:///{database}", OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [json.loads((project / "probe" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    tasks = [[t for call in rank["tasks"] for t in call] for rank in ranks]
+    assert len(tasks[0]) == len(tasks[1]) == 3 * 2  # two tasks a step each
+    for step in range(3):
+        assert not set(ranks[0]["tasks"][step]) & set(ranks[1]["tasks"][step])
+    trained = [rank["trained"] for rank in ranks]
+    assert trained[0] != trained[1], trained  # uneven mini-batch counts ran in step
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # the start and after each update
+    assert len(ranks[0]["weights"]) == 1 + 3 and len(set(ranks[0]["weights"])) > 1
+    metrics = json.loads((project / "metrics_ranks" / "rl.json").read_text())
+    assert metrics["steps"] == 3 and (project / "models_ranks" / "rl" / "config.json").is_file()
+    plot = (project / "plots_ranks" / "rl.tsv").read_text().splitlines()
+    assert len(plot) == 1 + 3
+    assert rl_runs() == before + 1  # rank 0 alone tracks
+    assert done.stdout.count("rl: 3 steps, resumed from step 0") == 1
+
+
+def test_tasks_that_do_not_divide_over_the_ranks_are_refused_before_loading(
+    project: Path,
+) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["rl"] |= {"tasks_per_step": 3}
+    write_params(project / "params_odd.yaml", params)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "stages" / "rl.py"), "--params", "params_odd.yaml"],
+        cwd=project, env=stage_env(WORLD_SIZE="2"), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out[-2000:]
+    assert "params_odd.yaml: rl.tasks_per_step: 3 does not divide over 2 ranks" in out, out
+    assert "Traceback" not in out and "rl: " not in done.stdout  # nothing loaded
+
+
 def test_an_unreachable_rollout_server_fails_the_stage_with_exit_3(project: Path) -> None:
     from conftest import free_port
 

@@ -79,6 +79,25 @@ def variant(project: Path, name: str, **midtrain) -> str:
     return f"params_{name}.yaml"
 
 
+def test_overlong_samples_split_into_pieces_that_keep_every_token(project: Path) -> None:
+    from conftest import read_split
+
+    tokenizer = AutoTokenizer.from_pretrained(project / "models" / "base")
+    fmt = get_format("hermes")
+    records = read_split(project / "data" / "synth", "midtrain")[:20]
+    whole, _ = build_examples(records, tokenizer, fmt, "all", 100_000, "drop")
+    context = sorted(len(e.ids) for e in whole)[len(whole) // 2]  # half are longer
+    dropped, drop_stats = build_examples(records, tokenizer, fmt, "all", context, "drop")
+    split, split_stats = build_examples(records, tokenizer, fmt, "all", context, "split")
+    assert (
+        drop_stats.dropped_overlong == split_stats.split > 0 and split_stats.dropped_overlong == 0
+    )
+    assert all(len(e.ids) <= context for e in split)
+    assert [t for e in split for t in e.ids] == [t for e in whole for t in e.ids]
+    assert split_stats.tokens == sum(len(e.ids) for e in whole) > drop_stats.tokens
+    assert len(split) > len(whole) > len(dropped)
+
+
 def test_packing_keeps_documents_apart() -> None:
     examples = [
         Example(list(range(1, 8)), [1] * 7),

@@ -4,7 +4,9 @@ in turn with the update or one step ahead of it.
 
 ``EpisodeRollouts`` is the full-episode source: ``tasks_per_step`` tasks of a seeded
 shuffle, ``group_size`` episodes each through the harness, outcome rewards, dynamic
-sampling, and advantages computed once over every group the step keeps. Another source
+sampling, and advantages computed once over every group the step keeps. Under several
+ranks each takes every world-th task of the same shuffle (its share of ``tasks_per_step``)
+and samples from its own streams; ``batch`` scaling then runs over the rank's share. Another source
 (one-turn rollouts from intermediate states, say) implements ``collect``, ``state`` and
 ``restore`` and leaves the trainer as it is.
 """
@@ -58,36 +60,46 @@ class RolloutSource(Protocol):
 class EpisodeRollouts:
     """Whole episodes of sampled tasks, ``group_size`` per task."""
 
-    def __init__(self, cfg: RLSection, harness: Harness, seed: int, rng: random.Random):
+    def __init__(
+        self,
+        cfg: RLSection,
+        harness: Harness,
+        seed: int,
+        rng: random.Random,
+        rank: int = 0,
+        world: int = 1,
+    ):
         self.cfg, self.harness, self.seed = cfg, harness, seed
         self.rng = rng  # random rewards: the trainer's stream, or one of its own when ahead
-        self.position = 0  # tasks drawn so far
+        self.rank, self.world = rank, world
+        self.share = cfg.tasks_per_step // world  # the trainer checks that it divides
+        self.position = 0  # tasks this rank drew so far
         self.version = 0
 
     def _tasks(self, records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-        """The next ``n`` tasks of a seeded shuffle, reshuffled every pass."""
+        """This rank's next ``n`` tasks of a seeded shuffle, reshuffled every pass: rank r
+        of w takes the shuffle's tasks r, r + w, r + 2w, ..."""
         out = []
         for _ in range(n):
-            epoch, offset = divmod(self.position, len(records))
+            epoch, offset = divmod(self.position * self.world + self.rank, len(records))
             order = np.random.default_rng(self.seed + epoch).permutation(len(records))
             out.append(records[order[offset]])
             self.position += 1
         return out
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
-        """Rollouts of ``tasks_per_step`` tasks with a learning signal, resampling groups
+        """Rollouts of this rank's share of ``tasks_per_step`` tasks with a learning signal, resampling groups
         whose rewards are all equal at most ``max_resample`` times (dynamic sampling).
         Advantages are computed once over every group the step keeps, so an estimator
         that scales over the batch sees the whole batch."""
         cfg = self.cfg
         data = StepData(weights_version=self.version, began=time.perf_counter())
         kept: list[tuple[list[Episode], list[float]]] = []
-        wanted = cfg.tasks_per_step
+        wanted = self.share
         for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
             tasks = self._tasks(records, wanted - len(kept))
-            episodes = self.harness.run(
-                tasks, cfg.group_size, seed=self.seed * 100_003 + step * 31 + attempt
-            )
+            call = self.seed * 100_003 + step * 31 + attempt
+            episodes = self.harness.run(tasks, cfg.group_size, seed=call * self.world + self.rank)
             rewards = outcome_rewards(episodes, cfg, self.rng)
             data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
             data.drawn_episodes += episodes

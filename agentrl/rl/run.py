@@ -1,6 +1,7 @@
 """The rl stage: models/sft -> RL on data/synth/rl -> models/rl.
 
-Rank 0 writes every output atomically: the model and tokenizer,
+Every rank trains (under ``torchrun`` or ``deepspeed``); rank 0 tracks the run in MLflow
+and writes every output atomically: the model and tokenizer,
 ``metrics/rl.json`` (the last step's figures, means over the run) and ``plots/rl.tsv``
 (every step, resumed runs included); wall-clock figures and the resume point go to
 MLflow only.
@@ -8,13 +9,15 @@ MLflow only.
 
 from __future__ import annotations
 
+import os
+from contextlib import nullcontext
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from agentrl.atomic import atomic_dir
 from agentrl.chat import get_format
-from agentrl.config import Params, digest
+from agentrl.config import ConfigError, Params, digest, rl_world_rule
 from agentrl.dataset import iter_records, split_dir
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
@@ -24,6 +27,7 @@ from agentrl.outputs import write_metrics, write_plot
 from agentrl.precision import stage_precision
 from agentrl.rl.trainer import RLTrainer
 from agentrl.tracking import content_digest, stage_run
+from agentrl.train.loop import end_distributed
 
 PLOT_COLUMNS = (
     "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
@@ -38,6 +42,8 @@ PLOT_COLUMNS = (
 
 def rl_stage(params: Params) -> dict[str, Any]:
     cfg, paths = params.rl, params.base.paths
+    if problem := rl_world_rule(cfg, int(os.environ.get("WORLD_SIZE", "1"))):
+        raise ConfigError(f"{params.file}: {problem}")
     precision = stage_precision(params.base.precision, params.file)
     print(f"rl: {precision} (base.precision {params.base.precision})")
     fmt = get_format(params.model.format)
@@ -55,7 +61,10 @@ def rl_stage(params: Params) -> dict[str, Any]:
     }
     fingerprint = digest([sections, content_digest(source), content_digest(data)])
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
-    with stage_run("rl", params.tracking, sections, {"model": source, "data": data}) as run:
+    # under a launcher every rank trains; rank 0 alone tracks and writes
+    rank = int(os.environ.get("RANK", "0"))
+    tracked = stage_run("rl", params.tracking, sections, {"model": source, "data": data})
+    with tracked if rank == 0 else nullcontext() as run:
         trainer = RLTrainer(
             cfg,
             params.harness,
@@ -70,35 +79,47 @@ def rl_stage(params: Params) -> dict[str, Any]:
         steps, history, resumed = trainer.train(
             records,
             Path(paths.checkpoints) / "rl",
-            lambda step, m: run.log_metrics(m, step=step),
+            lambda step, m: run.log_metrics(m, step=step) if rank == 0 else None,
         )
         trainer.harness.close()
-        print(f"rl: {steps} steps, resumed from step {resumed}")
-        last = history[-1]
-        metrics = {
-            "steps": steps,
-            "resumed_from": resumed,
-            "advantage": cfg.advantage,
-            "reward": cfg.reward,
-            "precision": precision,
-            "last": {k: round(v, 4) for k, v in last.items() if k != "step"},
-            "mean": {
-                k: round(fmean(h[k] for h in history if k in h), 4)
-                for k in (
-                    "reward_mean",
-                    "success",
-                    "grounded_success",
-                    "time_rollout_s",
-                    "time_update_s",
-                )
-                if any(k in h for h in history)
-            },
-        }
-        run.log_dict(metrics, "rl_summary.json")
-        with atomic_dir(Path(paths.models) / "rl") as tmp:
-            merged(trainer.engine.module).save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            run.record_output(tmp)
-        write_metrics(Path(paths.metrics) / "rl.json", metrics)
-        write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
+        metrics = summary(steps, resumed, history, cfg.advantage, cfg.reward, precision)
+        import deepspeed
+
+        module = trainer.engine.module  # gathered from every rank under ZeRO-3
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            if rank == 0:
+                print(f"rl: {steps} steps, resumed from step {resumed}")
+                run.log_dict(metrics, "rl_summary.json")
+                with atomic_dir(Path(paths.models) / "rl") as tmp:
+                    merged(module).save_pretrained(tmp)
+                    tokenizer.save_pretrained(tmp)
+                    run.record_output(tmp)
+                write_metrics(Path(paths.metrics) / "rl.json", metrics)
+                write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
+    end_distributed()
     return metrics
+
+
+def summary(
+    steps: int,
+    resumed: int,
+    history: list[dict[str, float]],
+    advantage: str,
+    reward: str,
+    precision: str,
+) -> dict[str, Any]:
+    """metrics/rl.json: the last step's figures and means over the run."""
+    means = ("reward_mean", "success", "grounded_success", "time_rollout_s", "time_update_s")
+    return {
+        "steps": steps,
+        "resumed_from": resumed,
+        "advantage": advantage,
+        "reward": reward,
+        "precision": precision,
+        "last": {k: round(v, 4) for k, v in history[-1].items() if k != "step"},
+        "mean": {
+            k: round(fmean(h[k] for h in history if k in h), 4)
+            for k in means
+            if any(k in h for h in history)
+        },
+    }

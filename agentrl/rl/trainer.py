@@ -13,6 +13,12 @@ A killed run continues from its last checkpoint: DeepSpeed's model and optimizer
 plus the step, every RNG, the rollout source's state (task position, its own random
 stream) and the rollouts that ran one step ahead, so the continued run trains on what the
 uninterrupted one would have.
+
+Under a launcher (``torchrun``, ``deepspeed``) every rank rolls out its own share of the
+step's tasks on its own engine (or through the one shared server), DeepSpeed all-reduces
+the gradients, and the ranks run equal numbers of micro-batches (``ranks.py``); each
+rank's RNGs and rollout state go into the checkpoint, which continues only at the same
+world size.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config import ConfigError, HarnessSection, RLSection, rl_engine_rule
+from agentrl.config import (
+    ConfigError,
+    HarnessSection,
+    RLSection,
+    rl_engine_rule,
+    rl_world_rule,
+)
 from agentrl.harness.build import trainer_engine
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
@@ -44,6 +56,7 @@ from agentrl.rl.batch import (
     to_sequences,
 )
 from agentrl.rl.loss import LossConfig, policy_loss
+from agentrl.rl.ranks import gathered, merged_figures, most
 from agentrl.rl.rollouts import (
     EpisodeRollouts,
     RolloutSchedule,
@@ -56,7 +69,8 @@ from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed, skip_lone_allreduce
 
 # checkpoints of another layout are not continued (checkpoint.load deletes them)
-CHECKPOINT_LAYOUT = "rl-checkpoint-2"
+CHECKPOINT_LAYOUT = "rl-checkpoint-3"
+RANK_SEED_STRIDE = 1_000_003  # rank r's own streams start at seed + r * stride
 
 
 class Stopwatch:
@@ -98,9 +112,11 @@ class RLTrainer:
         if problem := rl_engine_rule(cfg, harness_cfg):  # params.yaml refuses it at load
             raise ConfigError(problem)
         self.cfg, self.seed = cfg, seed
-        self.fingerprint = f"{fingerprint}:{CHECKPOINT_LAYOUT}"
         self.precision = precision
         self.rank, self.world = setup_distributed()
+        if problem := rl_world_rule(cfg, self.world):  # the stage refuses it before loading
+            raise ConfigError(problem)
+        self.fingerprint = f"{fingerprint}:{CHECKPOINT_LAYOUT}:world{self.world}"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
@@ -123,10 +139,11 @@ class RLTrainer:
             cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
             cfg.mismatch, cfg.mismatch_cap,
         )  # fmt: skip
-        self.rng = random.Random(seed)
+        own_seed = seed + self.rank * RANK_SEED_STRIDE
+        self.rng = random.Random(own_seed)
         # rollouts ahead of the update draw their random rewards from their own stream
-        rollout_rng = random.Random(seed + 1) if cfg.max_staleness else self.rng
-        self.rollouts = EpisodeRollouts(cfg, self.harness, seed, rollout_rng)
+        rollout_rng = random.Random(own_seed + 1) if cfg.max_staleness else self.rng
+        self.rollouts = EpisodeRollouts(cfg, self.harness, seed, rollout_rng, self.rank, self.world)
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
         """Step ``step``'s rollouts, now, from the rollout source."""
@@ -149,12 +166,18 @@ class RLTrainer:
         return out
 
     def update(self, data: StepData) -> dict[str, float]:
+        """One step's PPO-clip epochs over ``data``. Every rank runs the largest mini-batch
+        count of any rank; micro-batches a rank has no sequences for run a sequence at
+        zero weight, so DeepSpeed's accumulation and all-reduce stay in step."""
         cfg = self.cfg
         sequences = [s for s in to_sequences(data.episodes, data.per_turn) if any(s.mask)]
-        if not sequences:
+        count = max(1, len(sequences) // cfg.mini_batch) if sequences else 0
+        count = most(count, self.world)
+        if not count:
             return {"update_skipped": 1.0}
+        filler = sequences[0] if sequences else self._filler(data)
         tick = time.perf_counter()
-        plan = [self._minis(sequences) for _ in range(cfg.epochs)]
+        plan = [self._minis(sequences, count) for _ in range(cfg.epochs)]
         # the first mini-batch trains on the weights that made the rollouts, so its old
         # log-probs are its own forward pass, detached (set in _micro_loss): only the
         # sequences trained after an optimizer step need a pass of their own
@@ -175,7 +198,7 @@ class RLTrainer:
                 for micro_index in micros:
                     micro = [sequences[i] for i in micro_index]
                     if not micro:  # keep DeepSpeed's accumulation count whole
-                        micro = [sequences[int(mini[0])]]
+                        micro = [filler]
                         scale = 0.0
                     else:
                         scale = 1.0
@@ -194,15 +217,23 @@ class RLTrainer:
             "sequences": float(len(sequences)),
         }
 
-    def _minis(self, sequences: list[TrainSequence]) -> list[np.ndarray]:
-        """One epoch's mini-batches of sequence indices: prompts in a shuffled order, the
+    @staticmethod
+    def _filler(data: StepData) -> TrainSequence:
+        """A sequence for a rank with nothing to train on to run at zero weight."""
+        episode = data.drawn_episodes[0]
+        zeros = [[0.0] * len(episode.turns)]
+        return next(s for s in to_sequences([episode], zeros) if any(s.mask))
+
+    def _minis(self, sequences: list[TrainSequence], count: int) -> list[np.ndarray]:
+        """One epoch's ``count`` mini-batches of sequence indices (some empty when this
+        rank has fewer sequences than another): prompts in a shuffled order, the
         sequences of one prompt (a group) adjacent, so a micro-batch runs it once."""
         by_prompt: dict[tuple[int, ...], list[int]] = {}
         for i, seq in enumerate(sequences):
             by_prompt.setdefault(prefix_key(seq), []).append(i)
         groups = list(by_prompt.values())
         order = [i for group in self.rng.sample(groups, len(groups)) for i in group]
-        return np.array_split(np.array(order), max(1, len(sequences) // self.cfg.mini_batch))
+        return np.array_split(np.array(order, dtype=int), count)
 
     def _micro_loss(self, micro: list[TrainSequence]) -> tuple[torch.Tensor, dict[str, float]]:
         batch = collate(micro, self.pad_id)
@@ -261,7 +292,7 @@ class RLTrainer:
                 if step + 1 < self.cfg.steps:  # max_staleness 1: on the weights before the update
                     schedule.start(records, step + 1)
                 with watch.span("update"):
-                    figures = self.update(data) if data.episodes else {"update_skipped": 1.0}
+                    figures = self.update(data)
                 with watch.span("join"):  # rollouts ahead end before new weights go out
                     ahead = schedule.wait()
                 with watch.span("sync"):
@@ -277,6 +308,7 @@ class RLTrainer:
                         "staleness": float(step - data.weights_version),
                     }
                 )
+                metrics = merged_figures(gathered(metrics, self.world))
                 engine_free = (ahead or data).ended
                 history.append({"step": step + 1, **metrics})
                 on_log(step + 1, metrics)
@@ -305,10 +337,11 @@ class RLTrainer:
         client = checkpoint.load(self.engine, ckpt, self.fingerprint, self.rank)
         if client is None:
             return 0, []
-        torch.set_rng_state(client["torch_rng"])
-        self.rng.setstate(client["python_rng"])
-        self.rollouts.restore(client["rollouts"])
-        schedule.resume(client["ahead"])
+        own = client["ranks"][self.rank]
+        torch.set_rng_state(own["torch_rng"])
+        self.rng.setstate(own["python_rng"])
+        self.rollouts.restore(own["rollouts"])
+        schedule.resume(own["ahead"])
         return int(client["step"]), list(client["history"])
 
     def _checkpoint(
@@ -316,13 +349,13 @@ class RLTrainer:
     ) -> None:
         """Everything a resumed run needs to go on as this one would, the rollouts that
         already ran ahead of ``step`` on the weights before it (``ahead``) included: the
-        resumed run trains on them instead of drawing others on newer weights."""
-        client = {
-            "step": step,
-            "history": history,
+        resumed run trains on them instead of drawing others on newer weights. DeepSpeed
+        saves rank 0's client state, so it holds every rank's own part."""
+        own = {
             "torch_rng": torch.get_rng_state(),
             "python_rng": self.rng.getstate(),
             "rollouts": self.rollouts.state(),
             "ahead": ahead,
         }
+        client = {"step": step, "history": history, "ranks": gathered(own, self.world)}
         checkpoint.save(self.engine, ckpt, step, self.fingerprint, self.rank, client)

@@ -109,6 +109,8 @@ def sync_weights(engine: Engine, module: Any, ckpt: Path, rank: int, world: int)
             engine.cache.clear()
         return
     snapshot = write_snapshot(module, ckpt / "serving", rank)
+    if world > 1:  # no rank still samples from the server when it swaps its weights
+        torch.distributed.barrier()
     if rank == 0:
         engine.load_weights(snapshot)
     if world > 1:

@@ -40,6 +40,7 @@ class DataStats:
     records: int = 0
     dropped_overlong: int = 0
     truncated: int = 0
+    split: int = 0  # documents longer than the context, trained as consecutive pieces
     no_targets: int = 0
     tokens: int = 0
     target_tokens: int = 0
@@ -74,18 +75,27 @@ def build_examples(
         stats.records += 1
         if loss_on == "all":
             mask = [1] * len(ids)
+        pieces = [(ids, mask)]
         if len(ids) > context:
             if overlong == "drop":
                 stats.dropped_overlong += 1
                 continue
-            stats.truncated += 1
-            ids, mask = ids[:context], mask[:context]
-        if sum(mask[1:]) == 0:
-            stats.no_targets += 1
-            continue
-        stats.tokens += len(ids)
-        stats.target_tokens += sum(mask[1:])
-        examples.append(Example(ids, mask))
+            if overlong == "truncate":
+                stats.truncated += 1
+                pieces = [(ids[:context], mask[:context])]
+            else:
+                stats.split += 1
+                pieces = [
+                    (ids[i : i + context], mask[i : i + context])
+                    for i in range(0, len(ids), context)
+                ]
+        for piece_ids, piece_mask in pieces:
+            if sum(piece_mask[1:]) == 0:
+                stats.no_targets += 1
+                continue
+            stats.tokens += len(piece_ids)
+            stats.target_tokens += sum(piece_mask[1:])
+            examples.append(Example(piece_ids, piece_mask))
     return examples, stats
 
 

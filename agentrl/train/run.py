@@ -66,9 +66,12 @@ def training_rows(
     )  # fmt: skip
     if not train_examples:
         raise StageError(f"{split_dir(synth, split)}: no usable training example ({asdict(stats)})")
-    if stats.dropped_overlong or stats.truncated:
+    if stats.dropped_overlong or stats.truncated or stats.split:
         print(
-            f"{stage}: {stats.dropped_overlong} overlong samples dropped, {stats.truncated} truncated"
+            f"{stage}: {stats.dropped_overlong + stats.truncated + stats.split} of "
+            f"{stats.records} samples longer than {cfg.context} tokens: "
+            f"{stats.dropped_overlong} dropped ({dropped_share(stats):.1%}), "
+            f"{stats.truncated} truncated, {stats.split} split into pieces"
         )
     rows = pack(train_examples, cfg.context, params.base.seed, cfg.packing)
     eval_rows = pack(eval_examples, cfg.context, params.base.seed, cfg.packing)[:64]
@@ -88,8 +91,13 @@ def summary(result: Any, rows: int, stats: Any) -> dict[str, Any]:
         "padding_share": round(fmean(h["padding_share"] for h in history), 4),
         "train_s": round(result.seconds, 1),
         "rows": rows,
-        "data": asdict(stats),
+        "data": asdict(stats) | {"dropped_share": round(dropped_share(stats), 4)},
     }
+
+
+def dropped_share(stats: Any) -> float:
+    """The share of the split's samples the stage did not train on for their length."""
+    return stats.dropped_overlong / max(1, stats.records)
 
 
 def train_stage(
