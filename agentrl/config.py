@@ -486,6 +486,21 @@ class RLSection(Strict):
         "an equal share).",
     )
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
+    rollouts: Literal["episodes", "pivots", "mix"] = Field(
+        "episodes",
+        description="Where a step's groups come from. episodes: whole multi-turn episodes of "
+        "data/synth/rl tasks. pivots: one assistant turn sampled from an intermediate state "
+        "of an expert trajectory (a pivot the pivots stage profiled as informative), scored "
+        "by a local verifier of functional equivalence with the expert's action (PivotRL, "
+        "arXiv 2603.21383). mix: `pivot_share` of the groups from pivots, the rest episodes.",
+    )
+    pivot_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="rollouts mix: the share of a step's groups drawn from pivots (rounded "
+        "per rank).",
+    )
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"] = Field(
         "grpo",
         description="grpo: (R - mean)/std per group (DeepSeekMath); dr_grpo: R - mean "
@@ -593,6 +608,33 @@ class RLSection(Strict):
         "sequence length and the vocabulary (TRL's selective log-softmax, chunked).",
     )
     checkpoint_every: int = Field(2, ge=1, description="Steps between resumable checkpoints.")
+
+
+class PivotsSection(Strict):
+    """Pivot states for one-turn RL (the pivots stage): every assistant turn of the expert
+    trajectories of a training split is a candidate state; models/sft samples `samples`
+    turns at each (harness.temperature) and the turns whose outcomes vary, and are not
+    too easy, are kept (PivotRL's offline profiling, arXiv 2603.21383)."""
+
+    split: Literal[TRAIN_SPLITS] = Field(
+        "rl",
+        description="Training split whose expert trajectories give the states (never an "
+        "eval split: those worlds stay unseen). rl keeps its trajectories apart from the "
+        "prompt the episodes start from.",
+    )
+    tasks: int = Field(
+        128, ge=1, description="Tasks of the split whose turns are profiled (the first ones)."
+    )
+    samples: int = Field(
+        8, ge=2, description="Turns sampled per candidate to profile its pass rate (G)."
+    )
+    max_pass_rate: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="Difficulty threshold: a candidate is kept when its sampled pass rate is "
+        "above 0 and at most this (and below 1: outcomes that vary).",
+    )
 
 
 class EvalVariant(Strict):
@@ -763,6 +805,7 @@ class Params(Strict):
     midtrain: TrainSection = TrainSection()
     sft: SftSection = SftSection()
     harness: HarnessSection = HarnessSection()
+    pivots: PivotsSection = PivotsSection()
     rl: RLSection = RLSection()
     eval: EvalSection = EvalSection()
     _file: str = PrivateAttr("params.yaml")
@@ -779,6 +822,19 @@ class Params(Strict):
     def _rl_on_its_engine(self) -> Params:
         if problem := rl_engine_rule(self.rl, self.harness):
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _pivots_within_synth(self) -> Params:
+        """The pivots stage reads trajectories of a split synth writes (checked when the
+        params write a pivots section or rl draws from pivots)."""
+        split = self.pivots.split
+        if "pivots" not in self.model_fields_set and self.rl.rollouts == "episodes":
+            return self
+        if split not in self.synth.splits or not self.synth.splits[split].n:
+            raise ValueError(
+                f"pivots.split: {split!r} has no trajectories (synth.splits.{split} writes none)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -136,9 +136,11 @@ def project_params(**train) -> dict:
         | train
     )
     params["harness"] = {"max_turns": 2, "max_new_tokens": 16, "context_limit": 512}
+    params["pivots"] = {"split": "rl", "tasks": 4, "samples": 2, "max_pass_rate": 1.0}
     params["rl"] = {
         "advantage": "grpo",  # present, as in params.yaml: `dvc exp run -S` overrides keys
         "reward": "verifier",
+        "grounded_only": True,
         "steps": 2,
         "tasks_per_step": 2,
         "group_size": 2,

@@ -14,6 +14,7 @@ from agentrl.config import CONTEXT_STRATEGIES, HarnessSection, RLSection
 from agentrl.harness.build import ENGINES
 from agentrl.outputs import write_plot
 from agentrl.rl.advantages import ESTIMATORS, SCALES
+from agentrl.rl.sources import SOURCE_MIXES, SOURCES, group_counts
 
 
 def test_context_strategies_are_the_harness_choices_and_the_horizon_plot() -> None:
@@ -32,6 +33,12 @@ def test_advantage_estimators_and_scales_are_the_rl_choices() -> None:
     assert get_args(RLSection.model_fields["advantage"].annotation) == tuple(ESTIMATORS)
     (scales, _) = get_args(RLSection.model_fields["scale"].annotation)
     assert get_args(scales) == SCALES
+
+
+def test_rollout_sources_are_the_rl_choices_and_name_every_source() -> None:
+    assert get_args(RLSection.model_fields["rollouts"].annotation) == tuple(SOURCE_MIXES)
+    named = {source for mix in SOURCE_MIXES for source in group_counts(mix, 4, 0.5)}
+    assert named == set(SOURCES)
 
 
 def test_a_plot_row_with_an_unknown_column_is_an_error(tmp_path: Path) -> None:

@@ -216,6 +216,37 @@ def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> No
     assert figures(project / "plots" / "rl.tsv") == figures(project / "p_ref" / "rl.tsv")
 
 
+def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) -> None:
+    """rl.rollouts mix reads the kept rows of data/pivots (written here as a profile that
+    kept every candidate of four tasks) and reports each source's groups every step."""
+    from agentrl.rl.pivots import candidates
+
+    records = read_split(project / "data" / "synth", "rl")[:4]
+    rows = [
+        {"pivot": p.id, "task": p.record["id"], "index": p.index, "kind": p.kind,
+         "pass_rate": 0.5, "kept": True}
+        for p in candidates(records)
+    ]  # fmt: skip
+    (project / "pv").mkdir()
+    (project / "pv" / "pivots.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["base"]["paths"] |= {
+        "models": "models_mix", "checkpoints": "ckpt_mix", "metrics": "m_mix", "plots": "p_mix",
+    }  # fmt: skip
+    params["base"]["paths"]["data"] = "data"
+    params["rl"] |= {"rollouts": "mix", "pivot_share": 0.5, "steps": 2}
+    write_params(project / "params_mix.yaml", params)
+    (project / "models_mix").mkdir()
+    os.symlink(project / "models" / "sft", project / "models_mix" / "sft")
+    (project / "data" / "pivots").symlink_to(project / "pv")
+    out, _ = rl_stage(project, "params_mix.yaml").communicate(timeout=600)
+    assert (project / "models_mix" / "rl" / "model.safetensors").is_file(), out[-3000:]
+    lines = [line.split("\t") for line in (project / "p_mix" / "rl.tsv").read_text().splitlines()]
+    table = [dict(zip(lines[0], row, strict=True)) for row in lines[1:]]
+    assert [float(r["pivots_groups_drawn"]) for r in table] == [1.0, 1.0]
+    assert [float(r["episodes_groups_drawn"]) for r in table] == [1.0, 1.0]
+
+
 def test_two_ranks_roll_out_their_own_tasks_and_train_one_model(project: Path) -> None:
     """torchrun, two processes, ZeRO-2 on gloo: each rank rolls out other tasks, the
     all-reduced update leaves both with the same weights after every step, and rank 0

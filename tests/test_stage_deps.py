@@ -18,7 +18,7 @@ from conftest import project_params
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 CODE = ("agentrl/", "stages/")
-SECTIONS = ("base", "synth", "model", "midtrain", "sft", "harness", "rl", "eval")
+SECTIONS = ("base", "synth", "model", "midtrain", "sft", "harness", "pivots", "rl", "eval")
 # tracking decides where runs are logged, never what a stage computes; base.paths reach
 # dvc.yaml through its ${base.paths.*} templates
 NOT_DEPENDENCIES = ("tracking", "base.paths")

@@ -279,5 +279,47 @@ class Harness:
                 self._finish(live, "max_turns")
         return [live.episode for live in lives]
 
+    def one_turn(
+        self, states: list[dict[str, Any]], samples: int = 1, seed: int = 0
+    ) -> list[Episode]:
+        """``samples`` next turns of every state, generated together: a state is a record
+        whose ``messages`` are a history ending before an assistant turn (``id``,
+        ``messages``, ``tools``). Each sample is an episode of one segment: the rendered
+        history (never trained on) and the one sampled turn. Nothing is executed or scored:
+        what the turn is worth is the caller's to judge. States in input order."""
+        prompts = [
+            render_ids(self.tokenizer, self.fmt, s["messages"], s["tools"], True)[0] for s in states
+        ]
+        for state, prompt in zip(states, prompts, strict=True):
+            if len(prompt) + self.cfg.max_new_tokens > self.cfg.context_limit:
+                raise ValueError(f"state {state['id']}: {len(prompt)} prompt tokens leave no room")
+        rows = [(s, p, k) for s, p in zip(states, prompts, strict=True) for k in range(samples)]
+        sampling = Sampling(
+            self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.top_p, _seed(seed, 0)
+        )
+        began = time.perf_counter()
+        generations = self.engine.generate([p for _, p, _ in rows], sampling)
+        self.seconds["generate"] += time.perf_counter() - began
+        episodes = []
+        for (state, prompt, k), gen in zip(rows, generations, strict=True):
+            segment = Segment(prompt_len=len(prompt))
+            segment.add(prompt, policy=False)
+            segment.add(gen.ids, policy=True, logprobs=gen.logprobs)
+            if not gen.stopped:
+                segment.add([self.stop_id], policy=False)
+            body = gen.ids[:-1] if gen.stopped else gen.ids
+            text = self.tokenizer.decode(body, skip_special_tokens=False)
+            parsed = parse(text, self.fmt, state["tools"])
+            messages = [*state["messages"], {"role": "assistant", "content": text}]
+            episode = Episode(state["id"], k, messages, state["tools"], [segment])
+            calls = len(parsed.calls) + len(parsed.errors)
+            episode.turns.append(
+                TurnStats(len(gen.ids), calls, {}, len(segment.ids), not gen.stopped,
+                          len(prompt), state["id"])
+            )  # fmt: skip
+            episode.done, episode.end_reason = True, "turn"
+            episodes.append(episode)
+        return episodes
+
     def close(self) -> None:
         self.executor.close()

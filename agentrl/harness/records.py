@@ -49,7 +49,7 @@ class Episode:
     segments: list[Segment] = field(default_factory=list)
     turns: list[TurnStats] = field(default_factory=list)
     done: bool = False
-    end_reason: str = ""  # answer | max_turns | context_limit
+    end_reason: str = ""  # answer | max_turns | context_limit | turn (one turn from a state)
     reward: float = 0.0
     success: bool = False
     grounded: bool = False

@@ -18,6 +18,7 @@ import torch
 # figures added over ranks (counts of the step) and those whose maximum is the point;
 # every other figure is the mean over the ranks that have it
 SUMMED = frozenset({"groups", "sequences"})
+SUMMED_SUFFIXES = ("_groups_drawn", "_groups_kept")  # each rollout source's group counts
 MAXIMA = frozenset({"is_weight_max", "staleness"})
 
 
@@ -53,7 +54,7 @@ def merged_figures(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out = {}
     for key in keys:
         values = [figures[key] for figures in per_rank if key in figures]
-        if key in SUMMED:
+        if key in SUMMED or key.endswith(SUMMED_SUFFIXES):
             out[key] = float(sum(values))
         elif key in MAXIMA:
             out[key] = max(values)

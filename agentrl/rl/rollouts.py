@@ -1,13 +1,15 @@
-"""Where a step's training data comes from, kept apart from the update: a rollout source
-turns tasks into scored, advantaged episodes (``StepData``), and a schedule runs it either
-in turn with the update or one step ahead of it.
+"""Where a step's training data comes from, kept apart from the update: rollout sources
+turn what they draw into scored groups, a step's rollouts (``StepRollouts``) take each
+source's share of ``tasks_per_step`` groups and compute advantages once over every group
+the step keeps (``StepData``), and a schedule runs them either in turn with the update or
+one step ahead of it.
 
-``EpisodeRollouts`` is the full-episode source: ``tasks_per_step`` tasks of a seeded
-shuffle, ``group_size`` episodes each through the harness, outcome rewards, dynamic
-sampling, and advantages computed once over every group the step keeps. Under several
-ranks each takes every world-th task of the same shuffle (its share of ``tasks_per_step``)
-and samples from its own streams; ``batch`` scaling then runs over the rank's share. Another source
-(one-turn rollouts from intermediate states, say) implements ``collect``, ``state`` and
+``EpisodeRollouts`` is the full-episode source: tasks of a seeded shuffle, ``group_size``
+episodes each through the harness, outcome rewards, dynamic sampling. The one-turn source
+from intermediate states of expert trajectories is ``pivots.PivotRollouts``; ``sources.py``
+picks them by ``rl.rollouts``. Under several ranks each takes every world-th item of the
+same shuffle (its share of ``tasks_per_step``) and samples from its own streams; ``batch``
+scaling then runs over the rank's share. A new source implements ``groups``, ``state`` and
 ``restore`` and leaves the trainer as it is.
 """
 
@@ -15,10 +17,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -27,6 +30,20 @@ from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
 from agentrl.rl.advantages import Rollout, advantages
 from agentrl.rl.rewards import outcome_rewards
+
+Group = tuple[list[Episode], list[float]]  # a group's rollouts and the rewards they earned
+Item = TypeVar("Item")
+
+
+@dataclass
+class SourceTally:
+    """One source's part of a step."""
+
+    drawn: int = 0  # groups rolled out
+    kept: int = 0  # groups kept for the update
+    zero_variance: int = 0  # groups whose rewards were all equal
+    rewards: list[float] = field(default_factory=list)  # of every rollout drawn
+    seconds: float = 0.0
 
 
 @dataclass
@@ -40,15 +57,38 @@ class StepData:
     generated: int = 0  # tokens sampled, discarded groups included
     drawn_episodes: list[Episode] = field(default_factory=list)  # every rollout of the step
     drawn_rewards: list[float] = field(default_factory=list)
+    sources: dict[str, SourceTally] = field(default_factory=dict)
     weights_version: int = 0  # updates the rollout weights had seen
     began: float = 0.0  # perf_counter interval of the rollouts
     ended: float = 0.0
 
+    def tally(
+        self, source: str, episodes: list[Episode], rewards: list[float], size: int
+    ) -> list[bool]:
+        """Count one round of a source's rollouts (groups of ``size`` in order); whether
+        each group's rewards were all equal."""
+        own = self.sources.setdefault(source, SourceTally())
+        self.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
+        self.drawn_episodes += episodes
+        self.drawn_rewards += rewards
+        own.rewards += rewards
+        flat = [len(set(rewards[g : g + size])) == 1 for g in range(0, len(rewards), size)]
+        own.drawn += len(flat)
+        own.zero_variance += sum(flat)
+        self.drawn += len(flat)
+        self.zero_variance += sum(flat)
+        return flat
 
-class RolloutSource(Protocol):
-    version: int  # updates the engine's weights have seen: set by the trainer after a sync
 
-    def collect(self, records: list[dict[str, Any]], step: int) -> StepData: ...
+class GroupSource(Protocol):
+    name: str
+
+    def groups(
+        self, records: list[dict[str, Any]], step: int, wanted: int, data: StepData
+    ) -> list[Group]:
+        """Up to ``wanted`` scored groups for step ``step``; every rollout is tallied in
+        ``data``."""
+        ...
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint needs to continue drawing as this run would."""
@@ -57,8 +97,62 @@ class RolloutSource(Protocol):
     def restore(self, state: dict[str, Any]) -> None: ...
 
 
+class ShuffledDraw:
+    """This rank's next items of a seeded shuffle, reshuffled every pass: rank r of w
+    takes the shuffle's items r, r + w, r + 2w, ..."""
+
+    def __init__(self, seed: int, rank: int = 0, world: int = 1):
+        self.seed, self.rank, self.world = seed, rank, world
+        self.position = 0  # items this rank drew so far
+
+    def take(
+        self, items: list[Item], n: int, skip: Callable[[Item], bool] = lambda _: False
+    ) -> list[Item]:
+        """The next ``n`` items that ``skip`` lets through (all of them, if it lets none)."""
+        out: list[Item] = []
+        passed = 0
+        while len(out) < n:
+            epoch, offset = divmod(self.position * self.world + self.rank, len(items))
+            order = np.random.default_rng(self.seed + epoch).permutation(len(items))
+            item = items[order[offset]]
+            self.position += 1
+            passed += 1
+            if not skip(item) or passed > 2 * len(items):
+                out.append(item)
+        return out
+
+
+def kept_groups(
+    cfg: RLSection, draw: Callable[[int, int], tuple[list[Episode], list[float]]], wanted: int,
+    data: StepData, source: str,
+) -> list[Group]:  # fmt: skip
+    """Rounds of ``draw(n, attempt)`` (n groups of ``group_size`` rollouts and their
+    rewards) until ``wanted`` groups with a learning signal are kept, at most
+    ``max_resample`` extra rounds (dynamic sampling, DAPO); without dynamic sampling every
+    group of one round is kept."""
+    kept: list[Group] = []
+    size = cfg.group_size
+    began = time.perf_counter()
+    for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
+        if wanted - len(kept) <= 0:
+            break
+        episodes, rewards = draw(wanted - len(kept), attempt)
+        for g, flat in enumerate(data.tally(source, episodes, rewards, size)):
+            if not (flat and cfg.dynamic_sampling):
+                members = slice(g * size, (g + 1) * size)
+                kept.append((episodes[members], rewards[members]))
+        if not cfg.dynamic_sampling:
+            break
+    own = data.sources[source] if source in data.sources else SourceTally()
+    own.kept += len(kept)
+    own.seconds += time.perf_counter() - began
+    return kept
+
+
 class EpisodeRollouts:
     """Whole episodes of sampled tasks, ``group_size`` per task."""
+
+    name = "episodes"
 
     def __init__(
         self,
@@ -72,47 +166,45 @@ class EpisodeRollouts:
         self.cfg, self.harness, self.seed = cfg, harness, seed
         self.rng = rng  # random rewards: the trainer's stream, or one of its own when ahead
         self.rank, self.world = rank, world
-        self.share = cfg.tasks_per_step // world  # the trainer checks that it divides
-        self.position = 0  # tasks this rank drew so far
-        self.version = 0
+        self.draws = ShuffledDraw(seed, rank, world)
 
     def _tasks(self, records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-        """This rank's next ``n`` tasks of a seeded shuffle, reshuffled every pass: rank r
-        of w takes the shuffle's tasks r, r + w, r + 2w, ..."""
-        out = []
-        for _ in range(n):
-            epoch, offset = divmod(self.position * self.world + self.rank, len(records))
-            order = np.random.default_rng(self.seed + epoch).permutation(len(records))
-            out.append(records[order[offset]])
-            self.position += 1
-        return out
+        return self.draws.take(records, n)
+
+    def groups(
+        self, records: list[dict[str, Any]], step: int, wanted: int, data: StepData
+    ) -> list[Group]:
+        def draw(n: int, attempt: int) -> tuple[list[Episode], list[float]]:
+            tasks = self._tasks(records, n)
+            call = self.seed * 100_003 + step * 31 + attempt
+            episodes = self.harness.run(
+                tasks, self.cfg.group_size, seed=call * self.world + self.rank
+            )
+            return episodes, outcome_rewards(episodes, self.cfg, self.rng)
+
+        return kept_groups(self.cfg, draw, wanted, data, self.name)
+
+    def state(self) -> dict[str, Any]:
+        return {"position": self.draws.position, "rng": self.rng.getstate()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.draws.position = int(state["position"])
+        self.rng.setstate(state["rng"])
+
+
+class StepRollouts:
+    """A step's rollouts: each source its count of this rank's groups, advantages computed
+    once over every group the step keeps (so an estimator that scales over the batch sees
+    the whole batch)."""
+
+    def __init__(self, cfg: RLSection, parts: list[tuple[GroupSource, int]]):
+        self.cfg, self.parts = cfg, parts
+        self.version = 0  # updates the engine's weights have seen: set by the trainer
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
-        """Rollouts of this rank's share of ``tasks_per_step`` tasks with a learning signal, resampling groups
-        whose rewards are all equal at most ``max_resample`` times (dynamic sampling).
-        Advantages are computed once over every group the step keeps, so an estimator
-        that scales over the batch sees the whole batch."""
         cfg = self.cfg
         data = StepData(weights_version=self.version, began=time.perf_counter())
-        kept: list[tuple[list[Episode], list[float]]] = []
-        wanted = self.share
-        for attempt in range(1 + (cfg.max_resample if cfg.dynamic_sampling else 0)):
-            tasks = self._tasks(records, wanted - len(kept))
-            call = self.seed * 100_003 + step * 31 + attempt
-            episodes = self.harness.run(tasks, cfg.group_size, seed=call * self.world + self.rank)
-            rewards = outcome_rewards(episodes, cfg, self.rng)
-            data.generated += sum(t.generated_tokens for e in episodes for t in e.turns)
-            data.drawn_episodes += episodes
-            data.drawn_rewards += rewards
-            for g in range(len(tasks)):
-                members = slice(g * cfg.group_size, (g + 1) * cfg.group_size)
-                flat = len(set(rewards[members])) == 1
-                data.zero_variance += flat
-                data.drawn += 1
-                if not (flat and cfg.dynamic_sampling):
-                    kept.append((episodes[members], rewards[members]))
-            if len(kept) >= wanted or not cfg.dynamic_sampling:
-                break
+        kept = [g for source, n in self.parts for g in source.groups(records, step, n, data)]
         groups = [
             [Rollout(r, tuple(t.state for t in e.turns)) for e, r in zip(eps, rs, strict=True)]
             for eps, rs in kept
@@ -129,18 +221,18 @@ class EpisodeRollouts:
         return data
 
     def state(self) -> dict[str, Any]:
-        return {"position": self.position, "rng": self.rng.getstate()}
+        return {source.name: source.state() for source, _ in self.parts}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.position = int(state["position"])
-        self.rng.setstate(state["rng"])
+        for source, _ in self.parts:
+            source.restore(state[source.name])
 
 
 class RolloutSchedule:
     """Runs a source in turn with the update (``ahead`` False) or one step ahead of it, in
     a thread, on the weights before the update (``rl.max_staleness: 1``)."""
 
-    def __init__(self, source: RolloutSource, ahead: bool):
+    def __init__(self, source: StepRollouts, ahead: bool):
         self.source = source
         self.pool = ThreadPoolExecutor(1, "rollouts") if ahead else None
         self.pending: Future[StepData] | None = None
@@ -187,6 +279,18 @@ def pipeline_figures(
     }
 
 
+def source_figures(own: SourceTally) -> dict[str, float]:
+    """One source's figures of a step, named ``<source>_<figure>`` in the step's."""
+    return {
+        "groups_drawn": float(own.drawn),
+        "groups_kept": float(own.kept),
+        "zero_variance_share": own.zero_variance / max(1, own.drawn),
+        "reward_mean": fmean(own.rewards) if own.rewards else 0.0,
+        # rollout seconds per group with a learning signal: what the update can use
+        "time_per_kept_group_s": own.seconds / max(1, own.kept),
+    }
+
+
 def rollout_figures(data: StepData) -> dict[str, float]:
     """Figures of every rollout of the step (groups dropped for lack of signal included)."""
     episodes, rewards = data.drawn_episodes, data.drawn_rewards
@@ -194,7 +298,12 @@ def rollout_figures(data: StepData) -> dict[str, float]:
     turns = [t for e in episodes for t in e.turns]
     calls = sum(t.calls for t in turns)
     failures = sum(sum(t.call_errors.values()) for t in turns)
-    return {
+    per_source = {
+        f"{name}_{figure}": value
+        for name, own in data.sources.items()
+        for figure, value in source_figures(own).items()
+    }
+    return per_source | {
         "reward_mean": fmean(rewards),
         "reward_std": pstdev(rewards),
         "success": fmean(e.success for e in episodes),

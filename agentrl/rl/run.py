@@ -1,4 +1,5 @@
-"""The rl stage: models/sft -> RL on data/synth/rl -> models/rl.
+"""The rl stage: models/sft -> RL on data/synth/rl (whole episodes) and/or the pivot
+states of data/pivots (one turn each), as ``rl.rollouts`` says -> models/rl.
 
 Every rank trains (under ``torchrun`` or ``deepspeed``); rank 0 tracks the run in MLflow
 and writes every output atomically: the model and tokenizer,
@@ -25,12 +26,17 @@ from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
 from agentrl.outputs import write_metrics, write_plot
 from agentrl.precision import stage_precision
+from agentrl.rl.pivots import fits
+from agentrl.rl.profiling import pivot_records, read_pivots
+from agentrl.rl.rollouts import SourceTally, source_figures
+from agentrl.rl.sources import SOURCES
 from agentrl.rl.trainer import RLTrainer
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.loop import end_distributed
 
 PLOT_COLUMNS = (
     "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
+    *(f"{source}_{figure}" for source in SOURCES for figure in source_figures(SourceTally())),
     "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
     "is_weight_max", "sequences", "update_skipped",
     "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
@@ -52,18 +58,29 @@ def rl_stage(params: Params) -> dict[str, Any]:
     records = list(iter_records(Path(paths.data) / "synth", "rl"))
     if not records:
         raise StageError(f"{data}: no rl tasks")
+    pivots_dir = Path(paths.data) / "pivots"
+    pivots = read_pivots(pivots_dir, pivot_records(params)) if cfg.rollouts != "episodes" else []
     model, tokenizer = load_model_dir(source, fmt)
+    room, limit = params.harness.max_new_tokens, params.harness.context_limit
+    fitting = [p for p in pivots if fits(p, tokenizer, fmt, limit, room)]
+    if len(fitting) < len(pivots):  # profiled at another harness.context_limit
+        print(f"rl: {len(pivots) - len(fitting)} of {len(pivots)} pivots do not fit the context")
+        if not fitting:
+            raise StageError(f"{pivots_dir}: no kept pivot fits harness.context_limit {limit}")
+    pivots = fitting
     sections = {
         "rl": params.section_dict("rl"),
         "harness": params.section_dict("harness"),
         "model.format": params.model.format,
         "precision": precision,
     }
-    fingerprint = digest([sections, content_digest(source), content_digest(data)])
+    inputs = [content_digest(source), content_digest(data)]
+    fingerprint = digest([sections, *inputs, *([content_digest(pivots_dir)] if pivots else [])])
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     # under a launcher every rank trains; rank 0 alone tracks and writes
     rank = int(os.environ.get("RANK", "0"))
-    tracked = stage_run("rl", params.tracking, sections, {"model": source, "data": data})
+    upstream = {"model": source, "data": data} | ({"pivots": pivots_dir} if pivots else {})
+    tracked = stage_run("rl", params.tracking, sections, upstream)
     with tracked if rank == 0 else nullcontext() as run:
         trainer = RLTrainer(
             cfg,
@@ -75,6 +92,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             params.base.seed + cfg.seed,
             fingerprint,
             precision,
+            pivots,
         )
         steps, history, resumed = trainer.train(
             records,

@@ -1,5 +1,6 @@
 """The RL loop on DeepSpeed: rollouts (``rollouts.py``: tasks -> G episodes each through
-the harness -> rewards -> advantages) -> PPO-clip updates -> the rollout engine gets the
+the harness, or pivot states -> G one-turn samples each (``pivots.py``) -> rewards ->
+advantages) -> PPO-clip updates -> the rollout engine gets the
 new weights (``weight_sync.py``) -> metrics -> checkpoint.
 
 The rollout engine is ``harness.engine`` (``harness/build.py``): ``hf`` holds the very
@@ -56,20 +57,16 @@ from agentrl.rl.batch import (
     to_sequences,
 )
 from agentrl.rl.loss import LossConfig, policy_loss
+from agentrl.rl.pivots import Pivot, PivotJudge
 from agentrl.rl.ranks import gathered, merged_figures, most
-from agentrl.rl.rollouts import (
-    EpisodeRollouts,
-    RolloutSchedule,
-    StepData,
-    pipeline_figures,
-    rollout_figures,
-)
+from agentrl.rl.rollouts import RolloutSchedule, StepData, pipeline_figures, rollout_figures
+from agentrl.rl.sources import build_rollouts
 from agentrl.rl.weight_sync import check_served_weights, sync_weights
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed, skip_lone_allreduce
 
 # checkpoints of another layout are not continued (checkpoint.load deletes them)
-CHECKPOINT_LAYOUT = "rl-checkpoint-3"
+CHECKPOINT_LAYOUT = "rl-checkpoint-4"
 RANK_SEED_STRIDE = 1_000_003  # rank r's own streams start at seed + r * stride
 
 
@@ -93,7 +90,8 @@ class RLTrainer:
     """The policy on DeepSpeed, its rollout engine and harness, and the loop that trains
     it: ``train`` runs to ``rl.steps`` (resuming a checkpoint), ``update`` is one step's
     PPO-clip update, ``sync_weights`` hands the engine the new weights. Where a step's data
-    comes from is ``self.rollouts`` (a rollout source)."""
+    comes from is ``self.rollouts`` (``rl.rollouts``'s sources; ``pivots`` the profiled
+    pivot states they draw from)."""
 
     def __init__(
         self,
@@ -106,6 +104,7 @@ class RLTrainer:
         seed: int,
         fingerprint: str,
         precision: Resolved,
+        pivots: list[Pivot] | None = None,
     ):
         import deepspeed
 
@@ -143,7 +142,10 @@ class RLTrainer:
         self.rng = random.Random(own_seed)
         # rollouts ahead of the update draw their random rewards from their own stream
         rollout_rng = random.Random(own_seed + 1) if cfg.max_staleness else self.rng
-        self.rollouts = EpisodeRollouts(cfg, self.harness, seed, rollout_rng, self.rank, self.world)
+        judge = PivotJudge(registry, fmt, self.harness.sandbox)
+        self.rollouts = build_rollouts(
+            cfg, self.harness, seed, rollout_rng, self.rank, self.world, pivots or [], judge
+        )
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
         """Step ``step``'s rollouts, now, from the rollout source."""

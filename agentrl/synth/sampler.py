@@ -163,6 +163,8 @@ class Sampler:
             contexts = restart_contexts(traj.messages, rng)
             if contexts is not None:
                 record["contexts"] = contexts
-        if split == "rl":  # RL gets the task, not the answer: keep the prompt only
+        if split == "rl":  # RL gets the task, not the answer: the prompt only; the expert
+            # trajectory stays apart, for one-turn rollouts from its intermediate states
             record["messages"] = traj.messages[:1]
+            record["expert"] = traj.messages
         return Outcome(index, family, record, None)

@@ -1,0 +1,198 @@
+"""Pivot states: RL from one turn at a time of expert trajectories (PivotRL, Yi et al.
+2026, arXiv 2603.21383).
+
+Every assistant turn of an executed, verified expert trajectory is a candidate state: the
+history before it, and the expert's action there. The pivots stage samples
+``pivots.samples`` turns at each from the frozen sft model and keeps the candidates whose
+outcomes vary and are not too easy (``profile``: offline profiling). The rl stage then
+draws kept pivots, samples ``rl.group_size`` turns at each through the same harness and
+engine (prefix cache, token-exact records; ``Harness.one_turn``), scores each against the
+expert's action (``turn_reward.judge_turn``) and trains on the sampled turn alone: the
+history is prompt, never loss. A pivot whose group came out all equal is retired for the
+rest of the run (what PivotRL's re-profiling does when variance collapses, done online);
+when every pivot is retired, all return.
+
+Simplifications, stated: a candidate whose history does not fit ``harness.context_limit``
+with room for a turn is left out; the expert trajectories are the oracle's (one call per
+turn), so a state has one right action up to functional equivalence.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.chat import ChatFormat, render_ids
+from agentrl.config import RLSection
+from agentrl.envs.registry import Registry
+from agentrl.harness.loop import Harness
+from agentrl.harness.records import Episode
+from agentrl.rl.rewards import outcome, outcome_rewards
+from agentrl.rl.rollouts import Group, ShuffledDraw, StepData, kept_groups
+from agentrl.rl.turn_reward import judge_turn
+from agentrl.tools.sandboxes import SandboxSpec
+
+
+def trajectory(record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A record's expert trajectory: rl keeps it apart (``expert``), sft and midtrain in
+    ``messages``; None when the record has the prompt only."""
+    messages = record.get("expert") or record["messages"]
+    return messages if len(messages) > 1 else None
+
+
+@dataclass(frozen=True, eq=False)
+class Pivot:
+    """The state before assistant message ``index`` of a record's expert trajectory."""
+
+    record: dict[str, Any]
+    index: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.record['id']}@{self.index}"
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return trajectory(self.record)[: self.index]  # type: ignore[index]
+
+    @property
+    def action(self) -> dict[str, Any]:
+        return trajectory(self.record)[self.index]  # type: ignore[index]
+
+    @property
+    def kind(self) -> str:
+        return "call" if self.action.get("tool_calls") else "answer"
+
+    def state(self) -> dict[str, Any]:
+        """What ``Harness.one_turn`` starts from."""
+        return {"id": self.id, "messages": self.history, "tools": self.record["tools"]}
+
+
+def candidates(records: list[dict[str, Any]]) -> Iterator[Pivot]:
+    """Every assistant turn of every trajectory, except a deliberate mistake (a call whose
+    observation is an error: the recovery trajectories' wrong first try)."""
+    for record in records:
+        messages = trajectory(record)
+        for index, message in enumerate(messages or []):
+            if message["role"] != "assistant" or index == 0:
+                continue
+            follows = messages[index + 1] if index + 1 < len(messages) else None
+            if message.get("tool_calls") and follows and follows["content"].startswith("Error:"):
+                continue
+            yield Pivot(record, index)
+
+
+def fits(pivot: Pivot, tokenizer: Any, fmt: ChatFormat, context_limit: int, room: int) -> bool:
+    """Whether the pivot's history leaves ``room`` tokens for a turn in the context."""
+    prompt = render_ids(tokenizer, fmt, pivot.history, pivot.record["tools"], True)[0]
+    return len(prompt) + room <= context_limit
+
+
+class PivotJudge:
+    """Scores one-turn episodes in place: verdict, success and grounded, as the harness
+    does for whole episodes, so rewards come from ``rewards.outcome_rewards`` either way."""
+
+    def __init__(self, registry: Registry, fmt: ChatFormat, sandbox: SandboxSpec):
+        self.registry, self.fmt, self.sandbox = registry, fmt, sandbox
+
+    def __call__(self, episodes: list[Episode], pivots: list[Pivot]) -> None:
+        for episode, pivot in zip(episodes, pivots, strict=True):
+            text = episode.messages[-1]["content"]
+            verdict = judge_turn(
+                text, pivot.record, pivot.history, pivot.action, self.registry, self.fmt,
+                self.sandbox,
+            )  # fmt: skip
+            episode.success, episode.grounded = verdict.success, verdict.grounded
+            episode.reward, episode.verdict = float(verdict.success), verdict.reason
+
+
+def profile(
+    harness: Harness,
+    judge: PivotJudge,
+    pivots: list[Pivot],
+    samples: int,
+    seed: int,
+    grounded_only: bool,
+    chunk: int = 16,
+) -> Iterator[tuple[Pivot, float, list[str]]]:
+    """(pivot, pass rate over ``samples`` sampled turns, their verdicts) for every pivot,
+    ``chunk`` pivots per engine call; the pass rate counts what the rl reward would
+    (grounded answers only under ``grounded_only``)."""
+    for start in range(0, len(pivots), chunk):
+        part = pivots[start : start + chunk]
+        episodes = harness.one_turn([p.state() for p in part], samples, seed=seed + start)
+        judge(episodes, [p for p in part for _ in range(samples)])
+        for k, pivot in enumerate(part):
+            drawn = episodes[k * samples : (k + 1) * samples]
+            rate = sum(outcome(e.reward, e.grounded, grounded_only) for e in drawn) / samples
+            yield pivot, rate, [e.verdict for e in drawn]
+
+
+def informative(pass_rate: float, max_pass_rate: float) -> bool:
+    """Kept by profiling: outcomes that vary (0 < rate < 1), and hard enough.
+
+    >>> [informative(r, 0.75) for r in (0.0, 0.25, 0.75, 0.875, 1.0)]
+    [False, True, True, False, False]
+    """
+    return 0.0 < pass_rate < 1.0 and pass_rate <= max_pass_rate
+
+
+class PivotRollouts:
+    """``group_size`` one-turn rollouts at each of a step's pivots, drawn from the kept
+    pool in a seeded shuffle; a pivot whose group came out all equal is retired."""
+
+    name = "pivots"
+
+    def __init__(
+        self,
+        cfg: RLSection,
+        harness: Harness,
+        judge: PivotJudge,
+        pool: list[Pivot],
+        seed: int,
+        rng: random.Random,
+        rank: int = 0,
+        world: int = 1,
+    ):
+        if not pool:
+            raise ValueError("no pivots to draw from")
+        self.cfg, self.harness, self.judge, self.pool = cfg, harness, judge, pool
+        self.seed, self.rng, self.rank, self.world = seed, rng, rank, world
+        self.draws = ShuffledDraw(seed + 1, rank, world)
+        self.retired: set[str] = set()
+
+    def groups(
+        self, records: list[dict[str, Any]], step: int, wanted: int, data: StepData
+    ) -> list[Group]:
+        size = self.cfg.group_size
+
+        def draw(n: int, attempt: int) -> tuple[list[Episode], list[float]]:
+            if len(self.retired) >= len(self.pool):
+                self.retired.clear()
+            pivots = self.draws.take(self.pool, n, skip=lambda p: p.id in self.retired)
+            call = self.seed * 100_019 + step * 37 + attempt
+            episodes = self.harness.one_turn(
+                [p.state() for p in pivots], size, seed=call * self.world + self.rank
+            )
+            self.judge(episodes, [p for p in pivots for _ in range(size)])
+            rewards = outcome_rewards(episodes, self.cfg, self.rng)
+            for g, pivot in enumerate(pivots):
+                if len(set(rewards[g * size : (g + 1) * size])) == 1:
+                    self.retired.add(pivot.id)
+            return episodes, rewards
+
+        return kept_groups(self.cfg, draw, wanted, data, self.name)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "position": self.draws.position,
+            "rng": self.rng.getstate(),
+            "retired": sorted(self.retired),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.draws.position = int(state["position"])
+        self.rng.setstate(state["rng"])
+        self.retired = set(state["retired"])
