@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-ORDER = ("synth", "init", "bfcl", "midtrain", "sft", "rl", "eval", "report")
+ORDER = ("synth", "init", "bfcl", "midtrain", "sft", "pivots", "rl", "eval", "report")
 
 
 def tree_rss(proc: psutil.Process) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, small_params, stage_env, write_params
 
-STAGES = ("synth", "init", "midtrain", "sft", "rl", "bfcl", "eval", "report")
+STAGES = ("synth", "init", "midtrain", "sft", "pivots", "rl", "bfcl", "eval", "report")
 COMMANDS = {
     "params": [],
     "families": [],

@@ -42,9 +42,12 @@ def _flow_runs(api: str, **filters: object) -> list[dict]:
 
 def test_stages_follow_dvc_graph(dvc_project: Path) -> None:
     order = dag_stages(dvc_project)
-    assert set(order) == {"synth", "bfcl", "init", "midtrain", "sft", "rl", "eval", "report"}
+    assert set(order) == {
+        "synth", "bfcl", "init", "midtrain", "sft", "pivots", "rl", "eval", "report"
+    }  # fmt: skip
     for before, after in (("synth", "init"), ("init", "midtrain"), ("midtrain", "sft"),
-                          ("sft", "rl"), ("rl", "eval"), ("bfcl", "eval"), ("eval", "report")):  # fmt: skip
+                          ("sft", "pivots"), ("pivots", "rl"), ("rl", "eval"), ("bfcl", "eval"),
+                          ("eval", "report")):  # fmt: skip
         assert order.index(before) < order.index(after)
 
 

@@ -53,7 +53,7 @@ def test_onednn_capped_below_bf16_counts_as_no_native_bf16(
 
 # every entry point that runs the model refuses a forced bf16 before it writes anything
 MODEL_ENTRY_POINTS = [
-    [str(ROOT / "stages" / f"{stage}.py")] for stage in ("midtrain", "sft", "rl", "eval")
+    [str(ROOT / "stages" / f"{stage}.py")] for stage in ("midtrain", "sft", "pivots", "rl", "eval")
 ] + [
     ["-m", "agentrl.cli", "rollout", "--model", "models/sft", "--out", "runs.jsonl"],
     ["-m", "agentrl.cli", "serve", "--model", "models/sft"],
@@ -61,7 +61,7 @@ MODEL_ENTRY_POINTS = [
 
 
 @pytest.mark.parametrize(
-    "entry", MODEL_ENTRY_POINTS, ids=["midtrain", "sft", "rl", "eval", "rollout", "serve"]
+    "entry", MODEL_ENTRY_POINTS, ids=["midtrain", "sft", "pivots", "rl", "eval", "rollout", "serve"]
 )
 def test_forced_bf16_without_native_bf16_is_one_line_and_exit_2(
     tmp_path: Path, entry: list[str]
