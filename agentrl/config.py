@@ -381,6 +381,13 @@ def _default(model: type[BaseModel], name: str, value: Any) -> Any:
     return info
 
 
+class MidtrainSection(TrainSection):
+    """The midtrain stage: next-token training on everything synth made for it (long
+    samples split into context-sized pieces, none dropped)."""
+
+    overlong: Literal["drop", "truncate", "split"] = _default(TrainSection, "overlong", "split")
+
+
 class SftSection(TrainSection):
     """The sft stage: cold start on tool-call traces, loss on assistant tokens only, then a
     first-turn format check."""
@@ -802,7 +809,7 @@ class Params(Strict):
     tracking: TrackingSection = TrackingSection()
     synth: SynthSection
     model: ModelSection = ModelSection()
-    midtrain: TrainSection = TrainSection()
+    midtrain: MidtrainSection = MidtrainSection()
     sft: SftSection = SftSection()
     harness: HarnessSection = HarnessSection()
     pivots: PivotsSection = PivotsSection()
