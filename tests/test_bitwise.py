@@ -28,7 +28,7 @@ def test_two_clean_runs_lock_the_same_bytes(tmp_path: Path) -> None:
     for repo in (first, second):
         repo_ok(repo, "dvc", "repro")
     a, b = locked(first), locked(second)
-    assert set(a) == {"synth", "init", "midtrain", "sft", "rl", "bfcl", "eval", "report"}
+    assert set(a) == {"synth", "init", "midtrain", "sft", "pivots", "rl", "bfcl", "eval", "report"}
     differing = {
         stage: [path for path in a[stage] if a[stage][path] != b[stage].get(path)] for stage in a
     }

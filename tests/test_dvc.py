@@ -25,7 +25,7 @@ def repo(dvc_project: Path) -> Path:
 
 def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo: Path) -> None:
     out = _ok(repo, "dvc", "repro")
-    for name in ("synth", "init", "midtrain", "sft", "rl"):
+    for name in ("synth", "init", "midtrain", "sft", "pivots", "rl"):
         assert f"Running stage '{name}'" in out
     store = f"sqlite:///{repo / 'mlflow.db'}"
     first = producer(store, repo / "data" / "synth")
@@ -38,15 +38,15 @@ def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["synth"]["params"]["params.yaml"]["synth"]["splits"]["test"]["n"] == 30
     shown = _ok(repo, "dvc", "metrics", "show")
-    assert all(f"metrics/{name}.json" in shown for name in ("synth", "midtrain", "sft", "rl"))
+    stages = ("synth", "midtrain", "sft", "pivots", "rl")
+    assert all(f"metrics/{name}.json" in shown for name in stages)
     import mlflow
 
     mlflow.set_tracking_uri(store)
     here = resolve("auto", device_type(), native_bf16(device_type()))  # base.precision: auto
-    for name in ("midtrain", "sft", "rl"):  # every stage that runs the model logs what it ran
-        assert (
-            mlflow.get_run(producer(store, repo / "models" / name)).data.params["precision"] == here
-        )
+    outputs = [repo / "models" / name for name in ("midtrain", "sft", "rl")]
+    for output in [*outputs, repo / "data" / "pivots"]:  # every stage running the model says how
+        assert mlflow.get_run(producer(store, output)).data.params["precision"] == here
 
     again = _ok(repo, "dvc", "repro")
     assert "Running stage" not in again

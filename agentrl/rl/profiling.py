@@ -123,6 +123,7 @@ def pivots_stage(params: Params) -> dict[str, Any]:
         with atomic_dir(Path(paths.data) / "pivots") as tmp:
             text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
             (tmp / PIVOTS_FILE).write_text(text, encoding="utf-8")
+            run.record_output(tmp)
         write_metrics(Path(paths.metrics) / "pivots.json", metrics)
     kept = metrics["kept"]
     print(
