@@ -143,7 +143,7 @@ def kept_groups(
                 kept.append((episodes[members], rewards[members]))
         if not cfg.dynamic_sampling:
             break
-    own = data.sources[source] if source in data.sources else SourceTally()
+    own = data.sources.setdefault(source, SourceTally())
     own.kept += len(kept)
     own.seconds += time.perf_counter() - began
     return kept
