@@ -630,7 +630,10 @@ class PivotsSection(Strict):
         "prompt the episodes start from.",
     )
     tasks: int = Field(
-        128, ge=1, description="Tasks of the split whose turns are profiled (the first ones)."
+        128,
+        ge=1,
+        description="Tasks of the split whose turns are profiled, spread evenly over it (a "
+        "training split is written easy to hard: the first ones would all be one-call tasks).",
     )
     samples: int = Field(
         8, ge=2, description="Turns sampled per candidate to profile its pass rate (G)."

@@ -16,12 +16,13 @@ from conftest import ROOT, TINY_MODEL, digit_model, project_params, stage_env, w
 
 from agentrl.chat import get_format
 from agentrl.chat.render import render_assistant
-from agentrl.config import HarnessSection, RLSection, SplitSection, TeacherSection
+from agentrl.config import HarnessSection, RLSection, SplitSection, TeacherSection, load_params
 from agentrl.envs.registry import Registry
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.rl.batch import to_sequences
 from agentrl.rl.pivots import Pivot, PivotJudge, PivotRollouts, candidates
+from agentrl.rl.profiling import pivot_records
 from agentrl.rl.rollouts import EpisodeRollouts, StepRollouts, rollout_figures
 from agentrl.rl.turn_reward import judge_turn
 from agentrl.synth.sampler import Sampler
@@ -250,3 +251,16 @@ def test_a_split_without_trajectories_is_refused_before_loading(tmp_path: Path) 
     (line,) = result.stderr.strip().splitlines()
     assert "pivots.split: 'rl'" in line and "no expert trajectories" in line
     assert not (tmp_path / "data" / "pivots").exists()
+
+
+def test_pivot_tasks_are_spread_over_a_split_written_in_curriculum_order(tmp_path: Path) -> None:
+    """The rl split holds one-call tasks first: the pivots' tasks must span its depths."""
+    expert = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "Answer: 1"}]
+    records = [{"id": f"rl-{i}", "depth": 1 + i // 6, "expert": expert} for i in range(12)]
+    shard = tmp_path / "data" / "synth" / "rl" / "shard-00000.jsonl"
+    shard.parent.mkdir(parents=True)
+    shard.write_text("".join(json.dumps(r) + "\n" for r in records))
+    params = project_params()
+    params["base"]["paths"]["data"] = str(tmp_path / "data")
+    chosen = pivot_records(load_params(write_params(tmp_path / "params.yaml", params)))
+    assert [r["depth"] for r in chosen] == [1, 1, 2, 2]  # pivots.tasks: 4 of 12

@@ -37,11 +37,29 @@ from agentrl.tracking import stage_run
 PIVOTS_FILE = "pivots.jsonl"
 
 
+def spread(records: list[Any], n: int) -> list[Any]:
+    """``n`` records evenly spaced over ``records`` (all of them when there are fewer).
+
+    Synth writes a training split in curriculum order (one-call tasks first), so the first
+    ``n`` would hold one depth and a few families; pivots from them taught the policy to
+    answer after the first observation, early on every deeper task.
+
+    >>> spread(list(range(10)), 4)
+    [0, 2, 5, 7]
+    >>> spread([1, 2], 5)
+    [1, 2]
+    """
+    if n >= len(records):
+        return list(records)
+    return [records[i * len(records) // n] for i in range(n)]
+
+
 def pivot_records(params: Params) -> list[dict[str, Any]]:
-    """The tasks whose trajectories give the pivots: the first ``pivots.tasks`` of the split."""
+    """The tasks whose trajectories give the pivots: ``pivots.tasks`` of the split, spread
+    evenly over it, so their depths and families are the split's."""
     cfg = params.pivots
     root = Path(params.base.paths.data) / "synth"
-    records = list(iter_records(root, cfg.split, cfg.tasks))
+    records = spread(list(iter_records(root, cfg.split)), cfg.tasks)
     if not any(trajectory(r) for r in records):
         raise ConfigError(
             f"{params.file}: pivots.split: {cfg.split!r}: {split_dir(root, cfg.split)} holds "
