@@ -414,3 +414,50 @@ def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
         loss.backward()
         optimizer.step()
     return model, tokenizer
+
+
+class ScriptedEngine:
+    """A control-flow policy: answers each prompt with the next text of its script,
+    tokenized by the real tokenizer; records every id it hands out."""
+
+    def __init__(self, tokenizer: Any, scripts: list[list[str]], stop: bool = True):
+        self.tokenizer, self.scripts, self.stop = tokenizer, scripts, stop
+        self.turn = [0] * len(scripts)
+        self.emitted: list[list[list[int]]] = [[] for _ in scripts]
+        self.prompts: dict[tuple[int, ...], int] = {}
+        self.stop_id = tokenizer.convert_tokens_to_ids("<|im_end|>")  # as HFEngine names it
+
+    def generate(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+        from agentrl.harness.engine import Generation
+
+        out = []
+        for prompt in prompts:
+            episode = self._episode(prompt)
+            script = self.scripts[episode]
+            text = script[min(self.turn[episode], len(script) - 1)]
+            self.turn[episode] += 1
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = ids[: sampling.max_new_tokens - 1] + ([self.stop_id] if self.stop else [])
+            self.emitted[episode].append(ids)
+            out.append(Generation(ids, [-0.5] * len(ids), self.stop))
+        return out
+
+    def _episode(self, prompt: list[int]) -> int:
+        # episodes are told apart by their first user turn, stable across turns
+        for key, episode in self.prompts.items():
+            if tuple(prompt[: len(key)]) == key:
+                return episode
+        key = tuple(prompt[: min(len(prompt), 400)])
+        self.prompts[key] = len(self.prompts)
+        return self.prompts[key]
+
+
+def oracle_script(fmt: Any, record: dict[str, Any]) -> list[str]:
+    """The texts of a record's expert turns, as a scripted engine writes them."""
+    from agentrl.chat.render import render_assistant
+
+    return [
+        render_assistant(fmt, m).removesuffix("<|im_end|>")
+        for m in record["messages"]
+        if m["role"] == "assistant"
+    ]
