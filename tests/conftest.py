@@ -374,9 +374,12 @@ def digit_tasks(n: int, answer: int) -> list[dict]:
     ]
 
 
-def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
-    """A tiny model (``model_cfg``) and a tokenizer of ``dataset``'s sft split, trained to
-    answer "Answer: D" with D uniformly random."""
+def tiny_fit(
+    dataset: Path, model_cfg: dict[str, Any], batch: Any, steps: int = 120
+) -> tuple[Any, Any]:
+    """A tiny model (``model_cfg``) and a tokenizer of ``dataset``'s sft split, trained on
+    the assistant turns of ``batch(step)``: conversations of equal length, as (messages,
+    tools) pairs."""
     import torch
 
     from agentrl.chat import get_format, render_ids, render_text
@@ -390,19 +393,8 @@ def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
     torch.manual_seed(0)
     model = build_tiny(ModelSection(**model_cfg), tokenizer, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step in range(120):
-        digits = [(step * 7 + i) % 10 for i in range(20)]
-        rendered = [
-            render_ids(
-                tokenizer,
-                fmt,
-                [
-                    {"role": "user", "content": DIGIT_PROMPT},
-                    {"role": "assistant", "content": f"Answer: {d}"},
-                ],
-            )
-            for d in digits
-        ]
+    for step in range(steps):
+        rendered = [render_ids(tokenizer, fmt, m, t) for m, t in batch(step)]
         ids = torch.tensor([r[0] for r in rendered])
         mask = torch.tensor([r[1] for r in rendered])
         logits = model(input_ids=ids).logits[:, :-1]
@@ -414,6 +406,20 @@ def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
         loss.backward()
         optimizer.step()
     return model, tokenizer
+
+
+def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """A tiny model trained to answer "Answer: D" to DIGIT_PROMPT, D uniformly random."""
+
+    def batch(step: int) -> list[tuple[list[dict[str, Any]], None]]:
+        digits = [(step * 7 + i) % 10 for i in range(20)]
+        return [
+            ([{"role": "user", "content": DIGIT_PROMPT},
+              {"role": "assistant", "content": f"Answer: {d}"}], None)
+            for d in digits
+        ]  # fmt: skip
+
+    return tiny_fit(dataset, model_cfg, batch)
 
 
 class ScriptedEngine:

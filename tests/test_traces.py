@@ -4,6 +4,7 @@ generated and its tools ran (the harness's clock), not at the time of logging.""
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def test_spans_take_the_times_the_turns_and_calls_really_took(
     for turn, stats in zip(turns, episode.turns, strict=True):
         children = [s for s in spans.values() if s.parent_id == turn.span_id]
         (generate,) = [s for s in children if s.span_type == "LLM"]
-        tools = sorted((s for s in children if s.span_type == "TOOL"), key=lambda s: s.start_time_ns)
+        tools = sorted(
+            (s for s in children if s.span_type == "TOOL"), key=lambda s: s.start_time_ns
+        )
         assert (generate.start_time_ns, generate.end_time_ns) == stats.generated
         assert generate.end_time_ns - generate.start_time_ns >= GENERATION_S * 1e9
         assert len(tools) == stats.calls == len(stats.tool_clocks)
@@ -72,7 +75,7 @@ def test_spans_take_the_times_the_turns_and_calls_really_took(
             assert generate.end_time_ns <= tool.start_time_ns <= tool.end_time_ns
         assert turn.start_time_ns == generate.start_time_ns
         assert turn.end_time_ns == (tools[-1].end_time_ns if tools else generate.end_time_ns)
-    assert all(a.end_time_ns <= b.start_time_ns for a, b in zip(turns, turns[1:], strict=False))
+    assert all(a.end_time_ns <= b.start_time_ns for a, b in pairwise(turns))
     # the Overview's latency is the episode's: its generations at least, not the logging
     took_ms = trace.info.execution_time_ms
     assert took_ms >= len(episode.turns) * GENERATION_S * 1000 - 1
