@@ -260,9 +260,6 @@ def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path
     trainer.harness.close()
 
 
-HERMES_TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-
-
 @pytest.fixture(scope="module")
 def tool_served(
     vllm_python: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory
@@ -274,11 +271,11 @@ def tool_served(
         if [m["role"] for m in r["messages"]] == ["user", "assistant", "tool", "assistant"]
     )  # fmt: skip
     model, tokenizer = tiny_fit(
-        dataset, VLLM_TINY, lambda _: [(record["messages"], record["tools"])], steps=150
+        dataset, VLLM_TINY, lambda _: [(record["messages"], record["tools"])], steps=400
     )
     model.save_pretrained(home / "agent")
     tokenizer.save_pretrained(home / "agent")
-    with vllm_server(vllm_python, home / "agent", home, *HERMES_TOOLS) as url:
+    with vllm_server(vllm_python, home / "agent", home) as url:  # hermes parser: the default
         yield {"url": url, "record": record}
 
 
