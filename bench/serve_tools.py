@@ -43,6 +43,7 @@ from agentrl.envs.verify import verify  # noqa: E402
 from agentrl.rl.turn_reward import same_call, same_observation  # noqa: E402
 from agentrl.stats import wilson  # noqa: E402
 
+
 def start(model: Path, port: int, log: Path) -> subprocess.Popen:
     command = [str(ROOT / "infra" / "vllm_serve.sh"), str(model), str(port)]  # hermes parser
     proc = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
