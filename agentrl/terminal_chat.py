@@ -125,13 +125,14 @@ def run_session(
             break
         if not question:
             break
+        before = dict(harness.seconds)
         (episode,) = harness.run([chat_task(world, question, len(episodes))], seed=seed)
         episodes.append(episode)
-        took = harness.seconds
+        took = {k: v - before.get(k, 0.0) for k, v in harness.seconds.items()}
         if episode.end_reason != "answer":
             console.print(f"(no answer: the episode ended at {episode.end_reason})")
         console.print(
-            f"[dim]{len(episode.turns)} turns; generation {took['generate']:.1f} s, "
-            f"tools {took['tools']:.2f} s so far[/dim]"
+            f"[dim]{len(episode.turns)} turns: generation {took.get('generate', 0.0):.1f} s, "
+            f"tools {took.get('tools', 0.0):.3f} s[/dim]"
         )
     return episodes

@@ -1,15 +1,17 @@
 """Eval traces in the MLflow UI, looked at in a real browser: a few greedy episodes of a
-checkpoint logged as the eval stage logs them, a real ``mlflow server``, and a screenshot
-of the experiment's Traces view by headless Chromium (Debian's ``chromium`` package).
+checkpoint logged as the eval stage logs them, a real ``mlflow server``, and screenshots
+of the experiment's Traces view by headless Chromium (Debian's ``chromium`` package,
+driven by playwright).
 
-    apt-get install chromium
+    apt-get install chromium && pip install -e '.[bench]'
     python bench/trace_view.py --model models/sft --split test --n 4
 
-Prints each trace's latency as the server reports it next to the seconds the harness
-measured for the episode's generations and tool calls, and writes
-``<out>/traces.png`` (look at it: the Latency column shows seconds, not the milliseconds
-of a replay). Simplification, stated: the screenshot is of the list view; a trace's span
-timeline is one click further and is checked by tests/test_traces.py through the API.
+Prints each trace's latency as the server reports it next to the seconds its generation
+and tool spans cover, and writes ``<out>/traces.png`` (the list: the Duration column) and
+``<out>/trace.png`` (the first trace opened: the span tree with each turn's, generation's
+and tool call's seconds). Look at them: seconds, not the milliseconds of a replay.
+Simplification, stated: the episodes of the batch are generated together, so their
+generation spans are the batch's.
 """
 
 from __future__ import annotations
@@ -51,6 +53,29 @@ def mlflow_server(store: Path, port: int, log: Path) -> subprocess.Popen:
         except httpx.HTTPError:
             time.sleep(1)
     sys.exit(f"mlflow server did not start: {log.read_text()[-2000:]}")
+
+
+def screenshots(browser: str, url: str, first_task: str, out: Path) -> None:
+    """The Traces list, then the trace of ``first_task`` opened, as a person sees them."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+        page = chromium.new_page(viewport={"width": 1800, "height": 1000})
+        page.goto(url)
+        page.get_by_text(first_task).first.wait_for(timeout=60_000)
+        for button in ("Got it", "Close"):  # first-visit tip, the assistant panel
+            found = page.get_by_role("button", name=button)
+            if found.count():
+                found.first.click()
+        page.wait_for_timeout(1000)
+        page.screenshot(path=out / "traces.png")
+        page.get_by_text(first_task).first.click()
+        page.get_by_text("generate").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=out / "trace.png")
+        chromium.close()
+    print(f"{out}/traces.png, {out}/trace.png: the Traces view of {url}, and one trace")
 
 
 def main() -> None:
@@ -100,14 +125,7 @@ def main() -> None:
                   f"{generate / 1e9:.2f} s, tool spans {tools / 1e9:.4f} s, "
                   f"{len(spans)} spans)")  # fmt: skip
         page = f"{url}/#/experiments/{experiment.experiment_id}/traces"
-        shot = args.out / "traces.png"
-        subprocess.run(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--window-size=1600,900", "--virtual-time-budget=20000",
-             f"--screenshot={shot.resolve()}", page],
-            check=True, capture_output=True, timeout=180,
-        )  # fmt: skip
-        print(f"{shot}: the Traces view of {page}")
+        screenshots(browser, page, episodes[0].messages[0]["content"][:40], args.out)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -94,7 +94,7 @@ def test_a_question_shows_the_call_the_result_and_the_answer(session: dict) -> N
         child.expect(rf"call {re.escape(call['function']['name'])} \{{")  # as it happens
         child.expect(rf"result {re.escape(result)} \(")  # the real tool's answer
         child.expect(rf"agent \([0-9.]+ s\): {re.escape(answer)}")
-        child.expect(r"2 turns; generation")
+        child.expect(r"2 turns: generation [0-9.]+ s, tools [0-9.]+ s")
         child.expect("you> ")
         child.sendline("")
         child.expect(pexpect.EOF)
