@@ -10,16 +10,22 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install vllm system-deps run test lint format bench clean
+.PHONY: install lock vllm system-deps run test lint format bench clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	# torch first and pinned: an unpinned resolve pulls a multi-GB CUDA build
 	$(VENV)/bin/pip install -q torch==2.13.0
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	# within constraints.txt: the versions the committed outputs were made with
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+# constraints.txt from the venv as it is (after a deliberate upgrade, then rerun the DAG)
+lock: install
+	{ sed -n '/^#/p' constraints.txt; $(VENV)/bin/pip freeze --exclude-editable | grep -vi '^torch=='; } > constraints.tmp
+	mv constraints.tmp constraints.txt
 
 # vLLM, the rollout server, in a venv of its own: it pins its own torch and transformers and
 # never enters ours. On a machine with an NVIDIA GPU it is `vllm`; elsewhere the CPU build

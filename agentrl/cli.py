@@ -5,6 +5,7 @@ agentrl params                 # validate params.yaml, print the typed result
 agentrl families               # families, their tools and vocabulary sizes
 agentrl sample calculator      # one freshly synthesised, verified sample as JSON
 agentrl rollout --model models/sft --split test --n 32 --context window --out runs/test.jsonl
+agentrl chat --model models/rl --family convert   # ask it in the terminal, real tools
 agentrl serve --model models/sft --port 8000   # OpenAI-compatible completions server
 agentrl rollout --model models/sft --engine openai --url http://127.0.0.1:8000 --out runs/x.jsonl
 agentrl profile infra/profiles/qwen2.5-0.5b.yaml   # a GPU profile over params.yaml
@@ -24,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentrl.config import ConfigError, Params, SplitSection, load_params
+from agentrl.config import ConfigError, HarnessSection, Params, SplitSection, load_params
 from agentrl.stage import error_path
 
 app = typer.Typer(help="Train tool-using LLM agents with RL, reproducibly.", no_args_is_help=True)
@@ -91,6 +92,25 @@ def sample(
     sys.stdout.write(json.dumps(outcome.record, indent=2, ensure_ascii=False) + "\n")
 
 
+def _harness_options(
+    cfg: Params, context: str | None, engine: str | None, url: str | None, temperature: float | None
+) -> HarnessSection:
+    """params.yaml's harness with the command line's options over it, validated."""
+    overrides = {
+        "context": context,
+        "engine": engine,
+        "engine_url": url,
+        "temperature": temperature,
+    }
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return HarnessSection.model_validate(cfg.harness.model_dump() | overrides)
+    except ValueError as err:
+        problem = err.errors()[0]
+        option = str(problem["loc"][0]).replace("engine_", "")
+        raise ConfigError(f"--{option}: {problem['input']!r} is not valid") from err
+
+
 @app.command()
 def rollout(
     model: Annotated[Path, typer.Option(help="a saved model dir (models/sft, models/rl, ...)")],
@@ -120,19 +140,7 @@ def rollout(
 
     cfg = _params(path)
     precision = stage_precision(cfg.base.precision, str(path))
-    overrides = {
-        "context": context,
-        "engine": engine,
-        "engine_url": url,
-        "temperature": temperature,
-    }
-    overrides = {key: value for key, value in overrides.items() if value is not None}
-    try:
-        harness_cfg = type(cfg.harness).model_validate(cfg.harness.model_dump() | overrides)
-    except ValueError as err:
-        problem = err.errors()[0]
-        option = str(problem["loc"][0]).replace("engine_", "")
-        raise ConfigError(f"--{option}: {problem['input']!r} is not valid") from err
+    harness_cfg = _harness_options(cfg, context, engine, url, temperature)
     fmt = get_format(cfg.model.format)
     registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, str(path))
     records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
@@ -148,6 +156,42 @@ def rollout(
     for key, value in summarize(episodes).items():
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     console.print(table)
+
+
+@app.command()
+def chat(
+    model: Annotated[Path, typer.Option(help="a saved model dir (models/sft, models/rl, ...)")],
+    family: str = typer.Option(..., help="task family whose tools and world to use"),
+    split: str = typer.Option("test", help="split whose world the session binds"),
+    index: int = typer.Option(0, help="which of the split's worlds (the same index, the same one)"),
+    context: str | None = typer.Option(None, help="context strategy; default harness.context"),
+    engine: str | None = typer.Option(None, help="hf | openai; default harness.engine"),
+    url: str | None = typer.Option(None, help="openai engine server; default harness.engine_url"),
+    temperature: float = typer.Option(0.0, help="sampling temperature (0: greedy)"),
+    path: ParamsFile = Path("params.yaml"),
+) -> None:
+    """Talk to a checkpoint in the terminal: it answers with a family's real tools."""
+    from agentrl.chat import get_format
+    from agentrl.envs.registry import load_registry
+    from agentrl.harness.build import build_engine
+    from agentrl.harness.loop import Harness
+    from agentrl.precision import stage_precision
+    from agentrl.terminal_chat import chat_world, run_session
+
+    cfg = _params(path)
+    harness_cfg = _harness_options(cfg, context, engine, url, temperature)
+    registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, str(path))
+    world = chat_world(registry, family, split, index, cfg.base.seed, str(path))
+    fmt = get_format(cfg.model.format)
+    precision = stage_precision(cfg.base.precision, str(path))
+    policy_engine, tokenizer = build_engine(harness_cfg, model, fmt, precision)
+    harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)
+    console.print(f"{model} ({harness_cfg.engine}, context {harness_cfg.context}); "
+                  "an empty line ends the session")  # fmt: skip
+    try:
+        run_session(harness, world, console, seed=cfg.base.seed)
+    finally:
+        harness.close()
 
 
 @app.command()

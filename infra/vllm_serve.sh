@@ -14,6 +14,9 @@
 # a GPU or a CPU with avx512_bf16/amx_bf16, else float32. Served and trained log-probs then
 # agree to ~1e-6 in float32 and to ~3e-3 (mean; 8e-3 at most) in bfloat16 on the 135M
 # model (bench/served_gap.py), inside rl.sync_tolerance; float32 for a base.precision fp32.
+# Clients: /v1/chat/completions with `tools` returns `tool_calls` through vLLM's tool parser
+# for our format, VLLM_TOOL_PARSER (default hermes, model.format hermes; qwen3_xml for xml);
+# VLLM_TOOL_PARSER=none serves without one. Rollouts use /v1/completions either way.
 set -euo pipefail
 model=${1:?usage: infra/vllm_serve.sh MODEL_DIR [PORT] [vllm arguments...]}
 port=${2:-8000}
@@ -30,6 +33,11 @@ if [ -z "${VLLM_DTYPE:-}" ]; then
   else
     VLLM_DTYPE=float32
   fi
+fi
+tool_args=()
+parser=${VLLM_TOOL_PARSER:-hermes}
+if [ "$parser" != none ]; then
+  tool_args=(--enable-auto-tool-choice --tool-call-parser "$parser")
 fi
 cpu_args=()
 if ! $gpu; then
@@ -48,7 +56,7 @@ fi
 "$python" -m vllm.entrypoints.openai.api_server \
   --model "$served" --served-model-name "${VLLM_MODEL_NAME:-policy}" \
   --host "${VLLM_HOST:-127.0.0.1}" --port "$port" \
-  --return-tokens-as-token-ids --dtype "$VLLM_DTYPE" "${cpu_args[@]}" "$@" &
+  --return-tokens-as-token-ids --dtype "$VLLM_DTYPE" "${tool_args[@]}" "${cpu_args[@]}" "$@" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null' TERM INT
 status=0

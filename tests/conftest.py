@@ -374,9 +374,12 @@ def digit_tasks(n: int, answer: int) -> list[dict]:
     ]
 
 
-def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
-    """A tiny model (``model_cfg``) and a tokenizer of ``dataset``'s sft split, trained to
-    answer "Answer: D" with D uniformly random."""
+def tiny_fit(
+    dataset: Path, model_cfg: dict[str, Any], batch: Any, steps: int = 120
+) -> tuple[Any, Any]:
+    """A tiny model (``model_cfg``) and a tokenizer of ``dataset``'s sft split, trained on
+    the assistant turns of ``batch(step)``: conversations of equal length, as (messages,
+    tools) pairs."""
     import torch
 
     from agentrl.chat import get_format, render_ids, render_text
@@ -390,19 +393,8 @@ def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
     torch.manual_seed(0)
     model = build_tiny(ModelSection(**model_cfg), tokenizer, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step in range(120):
-        digits = [(step * 7 + i) % 10 for i in range(20)]
-        rendered = [
-            render_ids(
-                tokenizer,
-                fmt,
-                [
-                    {"role": "user", "content": DIGIT_PROMPT},
-                    {"role": "assistant", "content": f"Answer: {d}"},
-                ],
-            )
-            for d in digits
-        ]
+    for step in range(steps):
+        rendered = [render_ids(tokenizer, fmt, m, t) for m, t in batch(step)]
         ids = torch.tensor([r[0] for r in rendered])
         mask = torch.tensor([r[1] for r in rendered])
         logits = model(input_ids=ids).logits[:, :-1]
@@ -414,3 +406,64 @@ def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
         loss.backward()
         optimizer.step()
     return model, tokenizer
+
+
+def digit_model(dataset: Path, model_cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """A tiny model trained to answer "Answer: D" to DIGIT_PROMPT, D uniformly random."""
+
+    def batch(step: int) -> list[tuple[list[dict[str, Any]], None]]:
+        digits = [(step * 7 + i) % 10 for i in range(20)]
+        return [
+            ([{"role": "user", "content": DIGIT_PROMPT},
+              {"role": "assistant", "content": f"Answer: {d}"}], None)
+            for d in digits
+        ]  # fmt: skip
+
+    return tiny_fit(dataset, model_cfg, batch)
+
+
+class ScriptedEngine:
+    """A control-flow policy: answers each prompt with the next text of its script,
+    tokenized by the real tokenizer; records every id it hands out."""
+
+    def __init__(self, tokenizer: Any, scripts: list[list[str]], stop: bool = True):
+        self.tokenizer, self.scripts, self.stop = tokenizer, scripts, stop
+        self.turn = [0] * len(scripts)
+        self.emitted: list[list[list[int]]] = [[] for _ in scripts]
+        self.prompts: dict[tuple[int, ...], int] = {}
+        self.stop_id = tokenizer.convert_tokens_to_ids("<|im_end|>")  # as HFEngine names it
+
+    def generate(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+        from agentrl.harness.engine import Generation
+
+        out = []
+        for prompt in prompts:
+            episode = self._episode(prompt)
+            script = self.scripts[episode]
+            text = script[min(self.turn[episode], len(script) - 1)]
+            self.turn[episode] += 1
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = ids[: sampling.max_new_tokens - 1] + ([self.stop_id] if self.stop else [])
+            self.emitted[episode].append(ids)
+            out.append(Generation(ids, [-0.5] * len(ids), self.stop))
+        return out
+
+    def _episode(self, prompt: list[int]) -> int:
+        # episodes are told apart by their first user turn, stable across turns
+        for key, episode in self.prompts.items():
+            if tuple(prompt[: len(key)]) == key:
+                return episode
+        key = tuple(prompt[: min(len(prompt), 400)])
+        self.prompts[key] = len(self.prompts)
+        return self.prompts[key]
+
+
+def oracle_script(fmt: Any, record: dict[str, Any]) -> list[str]:
+    """The texts of a record's expert turns, as a scripted engine writes them."""
+    from agentrl.chat.render import render_assistant
+
+    return [
+        render_assistant(fmt, m).removesuffix("<|im_end|>")
+        for m in record["messages"]
+        if m["role"] == "assistant"
+    ]

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TINY_MODEL, read_split
+from conftest import TINY_MODEL, ScriptedEngine, oracle_script, read_split
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentrl.chat import get_format, render_ids, render_text
-from agentrl.chat.render import render_assistant
 from agentrl.config import HarnessSection, ModelSection
 from agentrl.envs.registry import Registry
 from agentrl.harness.context import OMITTED
@@ -27,40 +26,6 @@ from agentrl.tools.executor import ToolSet
 from agentrl.tools.schema import Surface, canonical_schema
 
 
-class ScriptedEngine:
-    """A control-flow policy: answers each prompt with the next text of its script,
-    tokenized by the real tokenizer; records every id it hands out."""
-
-    def __init__(self, tokenizer: Any, scripts: list[list[str]], stop: bool = True):
-        self.tokenizer, self.scripts, self.stop = tokenizer, scripts, stop
-        self.turn = [0] * len(scripts)
-        self.emitted: list[list[list[int]]] = [[] for _ in scripts]
-        self.prompts: dict[tuple[int, ...], int] = {}
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Generation]:
-        out = []
-        for prompt in prompts:
-            episode = self._episode(prompt)
-            script = self.scripts[episode]
-            text = script[min(self.turn[episode], len(script) - 1)]
-            self.turn[episode] += 1
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            ids = ids[: sampling.max_new_tokens - 1] + ([self.end] if self.stop else [])
-            self.emitted[episode].append(ids)
-            out.append(Generation(ids, [-0.5] * len(ids), self.stop))
-        return out
-
-    def _episode(self, prompt: list[int]) -> int:
-        # episodes are told apart by their first user turn, stable across turns
-        for key, episode in self.prompts.items():
-            if tuple(prompt[: len(key)]) == key:
-                return episode
-        key = tuple(prompt[: min(len(prompt), 400)])
-        self.prompts[key] = len(self.prompts)
-        return self.prompts[key]
-
-
 @pytest.fixture(scope="module")
 def setup(dataset: Path):
     fmt = get_format("hermes")
@@ -68,14 +33,6 @@ def setup(dataset: Path):
     tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
     records = [r for r in read_split(dataset, "sft") if r["env"]][:6]
     return fmt, tokenizer, records, Registry()
-
-
-def oracle_script(fmt, record: dict[str, Any]) -> list[str]:
-    return [
-        render_assistant(fmt, m).removesuffix("<|im_end|>")
-        for m in record["messages"]
-        if m["role"] == "assistant"
-    ]
 
 
 def harness(setup, engine, **cfg) -> Harness:

@@ -22,7 +22,9 @@ from conftest import (
     free_port,
     http_server,
     project_params,
+    read_split,
     stage_env,
+    tiny_fit,
     write_params,
 )
 
@@ -63,10 +65,11 @@ def served(
 
 
 @contextlib.contextmanager
-def vllm_server(vllm_python: Path, model_dir: Path, home: Path) -> Iterator[str]:
-    """vLLM serving ``model_dir`` through infra/vllm_serve.sh, its files under ``home``."""
+def vllm_server(vllm_python: Path, model_dir: Path, home: Path, *extra: str) -> Iterator[str]:
+    """vLLM serving ``model_dir`` through infra/vllm_serve.sh, its files under ``home``;
+    ``extra``: more vLLM arguments."""
     port = free_port()
-    command = [str(ROOT / "infra" / "vllm_serve.sh"), str(model_dir), str(port)]
+    command = [str(ROOT / "infra" / "vllm_serve.sh"), str(model_dir), str(port), *extra]
     # float32, as the trainers here: their checks are token-exact (bf16: bench/served_gap.py)
     env = os.environ | {"VLLM_PYTHON": str(vllm_python), "VLLM_SERVED_DIR": str(home / "served"),
                         "VLLM_DTYPE": "float32"}  # fmt: skip
@@ -255,3 +258,69 @@ def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{served['url']}/health", timeout=5)
     trainer.harness.close()
+
+
+@pytest.fixture(scope="module")
+def tool_served(
+    vllm_python: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict]:
+    """A tiny model that learnt one task's expert turns, served with vLLM's hermes parser."""
+    home = tmp_path_factory.mktemp("vllm-tools")
+    record = next(
+        r for r in read_split(dataset, "sft")
+        if [m["role"] for m in r["messages"]] == ["user", "assistant", "tool", "assistant"]
+    )  # fmt: skip
+    model, tokenizer = tiny_fit(
+        dataset, VLLM_TINY, lambda _: [(record["messages"], record["tools"])], steps=400
+    )
+    model.save_pretrained(home / "agent")
+    tokenizer.save_pretrained(home / "agent")
+    with vllm_server(vllm_python, home / "agent", home) as url:  # hermes parser: the default
+        yield {"url": url, "record": record}
+
+
+def test_an_openai_client_gets_tool_calls_sends_results_and_gets_the_answer(
+    tool_served: dict,
+) -> None:
+    """The served model through the openai SDK, as any client would use it: the task's tools
+    and question in, a tool_calls entry out, the real tool's result back, the answer out."""
+    import json
+
+    import openai
+
+    record = tool_served["record"]
+    expert = record["messages"][1]["tool_calls"][0]["function"]
+    client = openai.OpenAI(base_url=f"{tool_served['url']}/v1", api_key="unused")
+    messages: list = [record["messages"][0]]
+    first = client.chat.completions.create(
+        model="policy", messages=messages, tools=record["tools"], temperature=0, max_tokens=96
+    )
+    assert first.choices[0].finish_reason == "tool_calls", first
+    (call,) = first.choices[0].message.tool_calls
+    assert call.function.name == expert["name"]
+    assert json.loads(call.function.arguments) == expert["arguments"]
+    tools, box = Registry().bind(record["env"])
+    observed = tools.call(call.function.name, json.loads(call.function.arguments))
+    box.close()
+    assert observed.ok and observed.text == record["messages"][2]["content"]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": observed.text},
+    ]
+    second = client.chat.completions.create(
+        model="policy", messages=messages, tools=record["tools"], temperature=0, max_tokens=96
+    )
+    assert not second.choices[0].message.tool_calls
+    assert second.choices[0].message.content == record["messages"][3]["content"]
+
+
+def test_a_malformed_tools_list_gets_vllms_own_400(tool_served: dict) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=f"{tool_served['url']}/v1", api_key="unused")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "function", "function": {"parameters": "not a schema"}}],
+        )  # fmt: skip
+    assert caught.value.status_code == 400

@@ -80,7 +80,14 @@ def check_answer(
 def verify(
     spec: dict[str, Any], final_text: str | None, observations: list[str], final_state: Any = None
 ) -> Verdict:
-    """Score an episode. Kinds: ``exact``, ``numeric`` and ``state`` (final state + answer)."""
+    """Score an episode. Kinds: ``exact``, ``numeric``, ``state`` (final state + answer) and
+    ``none`` (a question nobody knows the answer to: a chat session's).
+
+    >>> verify({"kind": "none"}, "Answer: 4", ["4"])
+    Verdict(reward=0.0, success=False, grounded=False, reason='unverified')
+    """
+    if spec["kind"] == "none":
+        return Verdict(0.0, False, False, "unverified")
     answer = extract_answer(final_text)
     if spec["kind"] == "state" and final_state != spec["expected"]:
         return Verdict(0.0, False, False, "wrong_state")

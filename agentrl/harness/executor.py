@@ -4,13 +4,16 @@ episode stay in order: tools may be stateful), each call bounded by a wall timeo
 ``inprocess`` executor: pure Python tools in threads. A call that overruns its timeout
 becomes an error observation and the batch moves on; the thread is abandoned, which is
 only safe for tools without side effects outside their episode (sandboxed executors for
-code-running tools are separate).
+code-running tools are separate). Every observation carries the wall-clock span its call
+ran in (``Observation.clock``), for traces that tell where an episode spent its time.
 """
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 from agentrl.tools.executor import Observation, ToolSet
@@ -24,13 +27,15 @@ class InProcessExecutor:
         self.timeout_s = timeout_s
 
     def _one(self, tools: ToolSet, name: Any, arguments: Any) -> Observation:
+        started = time.time_ns()
         future: Future[Observation] = self.pool.submit(tools.call, name, arguments)
         try:
-            return future.result(timeout=self.timeout_s)
+            observation = future.result(timeout=self.timeout_s)
         except FutureTimeout:
-            return Observation(
+            observation = Observation(
                 f"Error: tool '{name}' timed out after {self.timeout_s:g} s.", False, "timeout"
             )
+        return replace(observation, clock=(started, time.time_ns()))
 
     def _episode(self, tools: ToolSet, calls: list[Call]) -> list[Observation]:
         return [self._one(tools, name, arguments) for name, arguments in calls]

@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,13 @@ class Harness:
         self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
         # where run() spent its time: generate (the engine), tools, verify; the rest is ours
         self.seconds: Counter[str] = Counter()
+        # told of every turn as it happens (a terminal session prints them): ("turn", episode)
+        # after a turn is generated, ("tools", episode) once its calls' responses are in
+        self.on_event: Callable[[str, Episode], None] | None = None
+
+    def _tell(self, event: str, episode: Episode) -> None:
+        if self.on_event is not None:
+            self.on_event(event, episode)
 
     # --- token bookkeeping -------------------------------------------------------------
     def _prompt(self, live: _Live) -> list[int]:
@@ -213,9 +221,10 @@ class Harness:
             for live in active:
                 live.turn_start = len(live.segment.ids)
                 live.state = _state_hash(live)
-            began = time.perf_counter()
+            began, clock = time.perf_counter(), time.time_ns()
             generations = self.engine.generate([live.segment.ids for live in active], sampling)
             self.seconds["generate"] += time.perf_counter() - began
+            generated = (clock, time.time_ns())  # one batch: every row's turn shares it
             work, pending = [], []
             for live, gen in zip(active, generations, strict=True):
                 live.segment.add(gen.ids, policy=True, logprobs=gen.logprobs)
@@ -230,9 +239,11 @@ class Harness:
                 if live.summarizing:
                     live.episode.turns.append(
                         TurnStats(
-                            len(gen.ids), 0, {}, 0, not gen.stopped, live.turn_start, live.state
+                            len(gen.ids), 0, {}, 0, not gen.stopped, live.turn_start, live.state,
+                            generated,
                         )
-                    )
+                    )  # fmt: skip
+                    self._tell("turn", live.episode)
                     self._restart_from_summary(live, text)
                     continue
                 parsed = parse(text, self.fmt, live.record["tools"])
@@ -245,8 +256,10 @@ class Harness:
                     not gen.stopped,
                     live.turn_start,
                     live.state,
+                    generated,
                 )
                 live.episode.turns.append(stats)
+                self._tell("turn", live.episode)
                 if not calls and not parsed.errors:
                     turns_left = self.cfg.max_turns - len(live.episode.turns)
                     if (
@@ -264,14 +277,17 @@ class Harness:
             results = self.executor.run(work)
             self.seconds["tools"] += time.perf_counter() - began
             for (live, errors, stats), observations in zip(pending, results, strict=True):
+                now = time.time_ns()  # a parse error is the harness's reply: no call ran
                 observations = [
-                    Observation(f"Error: {e}", False, "parse_error") for e in errors
+                    Observation(f"Error: {e}", False, "parse_error", (now, now)) for e in errors
                 ] + observations
                 for obs in observations:
                     if obs.error:
                         stats.call_errors[obs.error] = stats.call_errors.get(obs.error, 0) + 1
+                stats.tool_clocks = [obs.clock or (now, now) for obs in observations]
                 tool_messages = [{"role": "tool", "content": o.text} for o in observations]
                 live.episode.messages += tool_messages
+                self._tell("tools", live.episode)
                 self._append_responses(live, tool_messages)
                 stats.context_tokens = len(live.segment.ids)
         for live in lives:

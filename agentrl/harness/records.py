@@ -36,6 +36,12 @@ class TurnStats:
     cut_off: bool  # the generation hit max_new_tokens without ending its turn
     prompt_tokens: int = 0  # the context the turn was generated from
     state: str = ""  # hash of what the environment had shown and held before the turn (gigpo)
+    # wall clock (epoch ns: start, end) of the turn's generation and of each of its tool calls,
+    # for traces; left out of to_json, so saved trajectories stay the same bytes on a rerun
+    generated: tuple[int, int] | None = None
+    tool_clocks: list[tuple[int, int]] = field(default_factory=list)
+
+    CLOCKS = ("generated", "tool_clocks")
 
 
 @dataclass
@@ -68,6 +74,9 @@ class Episode:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        for turn in out["turns"]:
+            for clock in TurnStats.CLOCKS:
+                del turn[clock]
         out["peak_context"] = self.peak_context
         out["observations"] = self.observations
         return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.tools.schema import Surface, canonical_schema
@@ -35,6 +35,9 @@ class Observation:
     ok: bool
     error: str | None = None  # unknown_tool, bad_arguments, unknown_argument, missing_argument,
     # wrong_type, tool_error, exception
+    # when the call ran (epoch ns: start, end), stamped by the harness's executor; wall clock,
+    # so it never enters a compared or saved record
+    clock: tuple[int, int] | None = field(default=None, compare=False)
 
 
 def _type_ok(value: Any, spec: dict[str, Any]) -> bool:
