@@ -218,10 +218,14 @@ def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> No
 
 def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) -> None:
     """rl.rollouts mix reads the kept rows of data/pivots (written here as a profile that
-    kept every candidate of four tasks) and reports each source's groups every step."""
+    kept every candidate of four of the pivot tasks) and reports each source's groups
+    every step."""
     from agentrl.rl.pivots import candidates
+    from agentrl.rl.profiling import spread
 
-    records = read_split(project / "data" / "synth", "rl")[:4]
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    split = read_split(project / "data" / "synth", params["pivots"]["split"])
+    records = spread(split, params["pivots"]["tasks"])[:4]
     rows = [
         {"pivot": p.id, "task": p.record["id"], "index": p.index, "kind": p.kind,
          "pass_rate": 0.5, "kept": True}
@@ -229,7 +233,6 @@ def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) ->
     ]  # fmt: skip
     (project / "pv").mkdir()
     (project / "pv" / "pivots.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    params = yaml.safe_load((project / "params.yaml").read_text())
     params["base"]["paths"] |= {
         "models": "models_mix", "checkpoints": "ckpt_mix", "metrics": "m_mix", "plots": "p_mix",
     }  # fmt: skip
