@@ -5,7 +5,7 @@
 
 Every arm is a real rl stage run (``stages/rl.py``) from the workspace's ``models/sft``
 with params.yaml plus ``rl.rollouts`` set to the arm, in its own directory under --out
-(models, checkpoints, metrics, MLflow store). The pivot arms read the workspace's
+(models, checkpoints, metrics, MLflow store: scratch, not committed). The pivot arms read the workspace's
 ``data/pivots`` (run ``dvc repro pivots`` first). The episodes arm runs params.yaml's
 ``rl.steps``; its loop seconds (rollouts, update, sync: the sum of its per-step times in
 MLflow, model loading left out) are the budget. A pivot arm first runs a 2-step probe,
@@ -15,9 +15,11 @@ Every checkpoint, sft included, then runs greedy through the harness on the firs
 --eval-n tasks of each split (``agentrl rollout``, the eval stage's engine and seed), and
 grounded success is compared task by task (``agentrl.stats.paired_difference``): each
 arm against sft, and each pivot arm against episodes. Per source and step: groups drawn
-and kept, zero-variance share, rollout seconds per kept group. Finished cells (a run, a
-trajectories file) are kept, so the bench may span sessions. Writes ``<out>/bench.json``
-and ``<out>/bench.md``.
+and kept, zero-variance share, rollout seconds per kept group. Every finished cell (an
+arm's training figures, a checkpoint's outcomes on a split) goes into
+``<results>/bench.json`` at once, and a rerun skips it, so the bench may span sessions
+that keep only what is committed; an arm trained but not yet evaluated when its run
+directory is lost trains again. The table is ``<results>/bench.md``.
 
 Simplification, stated: one seed per arm; equal wall time is equal loop time on this
 machine, measured, not a fixed budget inside the stage.
@@ -95,17 +97,18 @@ def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
     return out
 
 
-def rollout_cell(model: Path, params: Path, split: str, n: int, out: Path) -> list[int]:
-    """Greedy grounded outcomes of ``model`` on the first ``n`` tasks of ``split``."""
-    if not out.is_file():
-        subprocess.run(
-            [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
-             split, "--n", str(n), "--temperature", "0", "--params", str(params), "--out",
-             str(out)],
-            check=True,
-        )  # fmt: skip
+def rollout_cell(model: Path, params: Path, split: str, n: int, out: Path) -> dict[str, list]:
+    """Greedy grounded outcomes of ``model`` on the first ``n`` tasks of ``split``, by task."""
+    subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
+         split, "--n", str(n), "--temperature", "0", "--params", str(params), "--out", str(out)],
+        check=True,
+    )  # fmt: skip
     episodes = [json.loads(line) for line in out.read_text().splitlines()]
-    return [int(e["grounded"]) for e in episodes]
+    return {
+        "tasks": [e["task_id"] for e in episodes],
+        "grounded": [int(e["grounded"]) for e in episodes],
+    }
 
 
 def main() -> None:
@@ -114,26 +117,35 @@ def main() -> None:
     parser.add_argument("--arms", default="episodes,pivots,mix")
     parser.add_argument("--eval-n", type=int, default=200)
     parser.add_argument("--splits", default="test,heldout_tools")
-    parser.add_argument("--out", type=Path, default=Path("runs/pivot_rl"))
+    parser.add_argument("--out", type=Path, default=Path("runs/pivot_rl"), help="run dirs")
+    parser.add_argument("--results", type=Path, default=Path("reports/pivot_rl"))
     args = parser.parse_args()
     base = yaml.safe_load(Path(args.params).read_text())
     splits, arms = args.splits.split(","), args.arms.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
-    results_path = args.out / "bench.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    args.results.mkdir(parents=True, exist_ok=True)
+    results_path = args.results / "bench.json"
+    saved = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results: dict = saved.get("arms", {})
+    cells: dict = saved.get("cells", {})
 
     def save() -> None:
-        results_path.write_text(json.dumps(results, indent=1))
+        results_path.write_text(json.dumps({"arms": results, "cells": cells}, indent=1))
+
+    def cell(name: str, model: Path, params: Path, split: str) -> list[int]:
+        key = f"{name}.{split}"
+        if key not in cells or len(cells[key]["tasks"]) != args.eval_n:
+            cells[key] = rollout_cell(model, params, split, args.eval_n, args.out / f"{key}.jsonl")
+            save()
+        return cells[key]["grounded"]
 
     outcomes: dict[str, dict[str, list[int]]] = {}
     models = Path(base["base"]["paths"]["models"]).resolve()
-    outcomes["sft"] = {
-        s: rollout_cell(models / "sft", Path(args.params), s, args.eval_n, args.out / f"sft.{s}.jsonl")
-        for s in splits
-    }  # fmt: skip
+    outcomes["sft"] = {s: cell("sft", models / "sft", Path(args.params), s) for s in splits}
     for arm in arms:
         run_dir = (args.out / arm).resolve()
-        if arm not in results:
+        evaluated = all(f"{arm}.{s}" in cells for s in splits)
+        if arm not in results or not (evaluated or (run_dir / "models" / "rl").is_dir()):
             overrides: dict[str, object] = {"rl.rollouts": arm}
             if arm != "episodes":
                 budget = results["episodes"]["loop_s"]
@@ -144,11 +156,9 @@ def main() -> None:
             results[arm] = train(run_dir, base, overrides)
             save()
         outcomes[arm] = {
-            s: rollout_cell(run_dir / "models" / "rl", run_dir / "params.yaml", s, args.eval_n,
-                            args.out / f"{arm}.{s}.jsonl")
-            for s in splits
-        }  # fmt: skip
-    report(results, outcomes, splits, args.out / "bench.md")
+            s: cell(arm, run_dir / "models" / "rl", run_dir / "params.yaml", s) for s in splits
+        }
+    report(results, outcomes, splits, args.results / "bench.md")
 
 
 def report(results: dict, outcomes: dict, splits: list[str], path: Path) -> None:
