@@ -21,6 +21,7 @@ though a task recurs once per seed). Writes ``<out>/study.json`` and ``<out>/stu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -56,6 +57,25 @@ def set_key(tree: dict, dotted: str, value: object) -> None:
     for key in parents:
         tree = tree.setdefault(key, {})
     tree[leaf] = value
+
+
+def overrides_of(pairs: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as a dict, values read as YAML.
+
+    >>> overrides_of(["rl.lr=2e-5", "rl.rollouts=mix", "rl.lora.r=16"])
+    {'rl.lr': 2e-05, 'rl.rollouts': 'mix', 'rl.lora.r': 16}
+    """
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"bench: {pair!r} is not KEY=VALUE")
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str):  # YAML 1.1 reads 2e-5 (no dot) as a string
+            with contextlib.suppress(ValueError):
+                parsed = float(parsed)
+        out[key] = parsed
+    return out
 
 
 def run_params(
@@ -121,7 +141,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     base = yaml.safe_load(Path(args.params).read_text())
-    common = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    common = overrides_of(args.set)
     splits = tuple(args.splits.split(","))
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,240 @@
+"""Screening rl recipes: every arm from the same ``models/sft`` at one rl time budget, each
+checkpoint paired task by task against sft (and against a reference arm).
+
+    python bench/rl_screen.py                              # episodes vs pivots vs mix, 20 min
+    python bench/rl_screen.py --budget-min 20 \\
+        --arm lr2e-5 rl.lr=2e-5 --arm lora16 rl.lora.r=16 rl.lr=5e-5 \\
+        --arm t07 harness.temperature=0.7 --arm rft rl.advantage=rft rl.dynamic_sampling=false
+    python bench/rl_screen.py --set rl.drift_figures=true --versus episodes ...
+
+An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
+applies to every arm. Each arm is a real rl stage run (``stages/rl.py``) in its own
+directory under --out (models, checkpoints, metrics, MLflow store: scratch). Its step
+count fills --budget-min of rl loop time (rollouts, update, sync: the per-step times in
+MLflow; model loading left out) at the seconds a step took in a 2-step probe run. Arms
+that share the settings a step's time depends on (``PACE_KEYS``) share one probe.
+
+Every checkpoint, sft included, then runs through the harness with the workspace's
+params (only the model differs) on the first --eval-n tasks of each split, greedy, and on
+--sampled N tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's
+engine and seed). Grounded success is compared task by task
+(``agentrl.stats.paired_difference``): each arm against sft and against --versus.
+
+Every finished cell (a probe's pace, an arm's training figures and curves, a checkpoint's
+outcomes on a split) goes into ``<results>/screen.json`` at once and a rerun skips it, so
+a screening may span sessions that keep only what is committed; an arm trained but not
+yet evaluated when its run directory is lost trains again. The table is
+``<results>/screen.md``.
+
+Simplifications, stated: one seed per arm (a screening; the study in ``rl_study.py``
+takes seeds); equal time is equal loop time measured on this machine, not a budget
+enforced inside the stage, so an arm can end up to one step short of or over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import fmean
+
+import yaml
+from rl_study import overrides_of, run_params
+
+from agentrl.stats import paired_difference, wilson
+
+STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
+SOURCES = ("episodes", "pivots")
+# the settings a step's seconds depend on: arms equal in these share a probe
+PACE_KEYS = (
+    "rl.rollouts", "rl.pivot_share", "rl.tasks_per_step", "rl.group_size", "rl.epochs",
+    "rl.lora.r", "rl.drift_figures", "rl.max_resample", "rl.dynamic_sampling",
+    "harness.temperature", "harness.max_turns", "harness.max_new_tokens",
+)  # fmt: skip
+CURVES = ("grounded_success", "reward_mean", "entropy", "kl_to_start", "logprob_change")
+DEFAULT_ARMS = [["episodes"], ["pivots", "rl.rollouts=pivots"], ["mix", "rl.rollouts=mix"]]
+
+
+def mlflow_steps(run_dir: Path) -> list[dict[str, float]]:
+    """Every step's figures of the rl run logged in ``run_dir``'s MLflow store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{run_dir.resolve()}/mlflow.db")
+    runs = [
+        r
+        for e in client.search_experiments()
+        for r in client.search_runs([e.experiment_id])
+        if r.data.tags.get("stage") == "rl" and r.info.status == "FINISHED"
+    ]
+    run = max(runs, key=lambda r: r.info.start_time)
+    steps: dict[int, dict[str, float]] = {}
+    for key in run.data.metrics:
+        for m in client.get_metric_history(run.info.run_id, key):
+            steps.setdefault(m.step, {})[key] = m.value
+    return [steps[s] for s in sorted(steps)]
+
+
+def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
+    """One rl stage run: its loop seconds, per-source figures and per-step curves."""
+    path = run_params(params, run_dir, overrides)  # data: the workspace's, pivots included
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "stages/rl.py", "--params", str(path)], env=env, check=True)
+    wall = time.perf_counter() - started
+    steps = mlflow_steps(run_dir)
+    loop = sum(s.get(k, 0.0) for s in steps for k in STEP_TIMES)
+    out: dict = {"steps": len(steps), "stage_s": round(wall, 1), "loop_s": round(loop, 1)}
+    for source in SOURCES:
+        drawn = sum(s.get(f"{source}_groups_drawn", 0.0) for s in steps)
+        if not drawn:
+            continue
+        kept = sum(s[f"{source}_groups_kept"] for s in steps)
+        seconds = sum(
+            s[f"{source}_time_per_kept_group_s"] * max(1.0, s[f"{source}_groups_kept"])
+            for s in steps
+        )
+        out[source] = {
+            "groups_drawn": drawn,
+            "groups_kept": kept,
+            "zero_variance_share": round(
+                fmean(s[f"{source}_zero_variance_share"] for s in steps), 3
+            ),
+            "reward_mean": round(fmean(s[f"{source}_reward_mean"] for s in steps), 3),
+            "seconds_per_kept_group": round(seconds / max(1.0, kept), 2),
+        }
+    out["curves"] = {c: [s.get(c) for s in steps] for c in CURVES if any(c in s for s in steps)}
+    return out
+
+
+def rollout_cell(
+    model: Path, params: Path, split: str, n: int, temperature: float, out: Path
+) -> dict[str, list]:
+    """Grounded outcomes of ``model`` on the first ``n`` tasks of ``split``, by task."""
+    subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
+         split, "--n", str(n), "--temperature", str(temperature), "--params", str(params),
+         "--out", str(out)],
+        check=True,
+    )  # fmt: skip
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    return {
+        "tasks": [e["task_id"] for e in episodes],
+        "grounded": [int(e["grounded"]) for e in episodes],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("--arm", nargs="+", action="append", metavar="NAME [KEY=VALUE]")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="every arm")
+    parser.add_argument("--budget-min", type=float, default=20.0, help="rl loop minutes an arm")
+    parser.add_argument("--eval-n", type=int, default=200, help="greedy tasks per split")
+    parser.add_argument("--splits", default="test,heldout_tools")
+    parser.add_argument("--sampled", type=int, default=100, help="test tasks at T=1 (0: none)")
+    parser.add_argument("--versus", default="episodes", help="the arm others pair against")
+    parser.add_argument("--out", type=Path, default=Path("runs/rl_screen"), help="run dirs")
+    parser.add_argument("--results", type=Path, default=Path("reports/rl_screen"))
+    args = parser.parse_args()
+    base = yaml.safe_load(args.params.read_text())
+    common = overrides_of(args.set)
+    arms = {spec[0]: common | overrides_of(spec[1:]) for spec in args.arm or DEFAULT_ARMS}
+    # (cell name, split, n, temperature)
+    views = [(s, s, args.eval_n, 0.0) for s in args.splits.split(",")]
+    views += [("test_sampled", "test", args.sampled, 1.0)] if args.sampled else []
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
+    results_path = args.results / "screen.json"
+    saved = json.loads(results_path.read_text()) if results_path.exists() else {}
+    paces, results, cells = saved.get("paces", {}), saved.get("arms", {}), saved.get("cells", {})
+
+    def save() -> None:
+        results_path.write_text(
+            json.dumps({"paces": paces, "arms": results, "cells": cells}, indent=1)
+        )
+
+    def evaluate(name: str, model: Path) -> dict[str, list[int]]:
+        for view, split, n, temperature in views:
+            key = f"{name}.{view}"
+            if key not in cells or len(cells[key]["tasks"]) != n:
+                jsonl = args.out / f"{key}.jsonl"
+                cells[key] = rollout_cell(model, args.params, split, n, temperature, jsonl)
+                save()
+        return {view: cells[f"{name}.{view}"]["grounded"] for view, *_ in views}
+
+    models = Path(base["base"]["paths"]["models"]).resolve()
+    outcomes = {"sft": evaluate("sft", models / "sft")}
+    for arm, overrides in arms.items():
+        run_dir = (args.out / arm).resolve()
+        evaluated = all(f"{arm}.{view}" in cells for view, *_ in views)
+        trained = arm in results and results[arm]["overrides"] == overrides
+        if not trained or not (evaluated or (run_dir / "models" / "rl").is_dir()):
+            pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
+            if pace not in paces:
+                probe = train(args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2})
+                paces[pace] = probe["loop_s"] / probe["steps"]
+                save()
+            steps = max(2, round(args.budget_min * 60 / paces[pace]))
+            print(f"{arm}: {paces[pace]:.1f} s a step: {steps} steps", flush=True)
+            results[arm] = train(run_dir, base, overrides | {"rl.steps": steps}) | {
+                "overrides": overrides
+            }
+            for view, *_ in views:
+                cells.pop(f"{arm}.{view}", None)
+            save()
+        outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
+    report(results, outcomes, [v for v, *_ in views], args.versus, args.results / "screen.md")
+
+
+def curve(values: list | None) -> str:
+    """A curve's mean over its first and its last two steps."""
+    kept = [v for v in values or [] if v is not None]
+    if not kept:
+        return "–"
+    return f"{fmean(kept[:2]):.3f} → {fmean(kept[-2:]):.3f}"
+
+
+def report(results: dict, outcomes: dict, views: list[str], versus: str, path: Path) -> None:
+    lines = [
+        "| arm | overrides | steps | loop min | source | groups kept/drawn | zero-variance "
+        "| s per kept group |",
+        "|---" * 8 + "|",
+    ]
+    for arm, r in results.items():
+        shown = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(params.yaml)"
+        for source in SOURCES:
+            if source in r:
+                s = r[source]
+                lines.append(
+                    f"| {arm} | {shown} | {r['steps']} | {r['loop_s'] / 60:.1f} | {source} | "
+                    f"{s['groups_kept']:.0f}/{s['groups_drawn']:.0f} | "
+                    f"{s['zero_variance_share']:.0%} | {s['seconds_per_kept_group']:.1f} |"
+                )
+    lines += ["", "Train curves (mean of the first two steps → of the last two):", "",
+              "| arm | " + " | ".join(CURVES) + " |", "|---" * (len(CURVES) + 1) + "|"]  # fmt: skip
+    for arm, r in results.items():
+        lines.append(f"| {arm} | " + " | ".join(curve(r["curves"].get(c)) for c in CURVES) + " |")
+    lines += ["", "Grounded success [95% CI], paired differences [95% CI]:", "",
+              "| checkpoint | " + " | ".join(f"{v} | vs sft | vs {versus}" for v in views) + " |",
+              "|---" * (3 * len(views) + 1) + "|"]  # fmt: skip
+    for name, cells in outcomes.items():
+        row = []
+        for v in views:
+            row.append(str(wilson(sum(cells[v]), len(cells[v]))))
+            row.append(
+                str(paired_difference(outcomes["sft"][v], cells[v])) if name != "sft" else ""
+            )
+            paired = name not in ("sft", versus) and versus in outcomes
+            row.append(str(paired_difference(outcomes[versus][v], cells[v])) if paired else "")
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
