@@ -508,12 +508,14 @@ class RLSection(Strict):
         description="rollouts mix: the share of a step's groups drawn from pivots (rounded "
         "per rank).",
     )
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"] = Field(
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "rft"] = Field(
         "grpo",
         description="grpo: (R - mean)/std per group (DeepSeekMath); dr_grpo: R - mean "
         "(Dr.GRPO); rloo: leave-one-out baseline; reinforce_pp_baseline: R - mean, then "
         "batch whitening (REINFORCE++); gigpo: grpo plus omega x a step advantage within "
-        "anchor-state groups (GiGPO, arXiv 2505.10978).",
+        "anchor-state groups (GiGPO, arXiv 2505.10978); rft: rejection-sampling "
+        "fine-tuning, the positive rewards as weights and no baseline (RAFT; the "
+        "baseline RL must beat; use with dynamic_sampling false).",
     )
     scale: Literal["group", "batch", "none"] | None = Field(
         None,
@@ -574,6 +576,13 @@ class RLSection(Strict):
         "seq_mean_token_sum_norm: token sums over a constant length (Dr.GRPO).",
     )
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL to the frozen sft model.")
+    track_drift: bool = Field(
+        False,
+        description="Log every step how far the policy moved from the start model on the "
+        "step's sampled tokens: kl_to_start (k1: mean log pi - log pi_start) and "
+        "logprob_change (mean |log pi - log pi_start|). Keeps a frozen copy of the start "
+        "model (as kl_coef > 0 does) and runs it over the step's sequences.",
+    )
     kl_estimator: Literal["k1", "k3"] = Field(
         "k3", description="KL estimator (Schulman 2020): k1 = log ratio; k3 = unbiased, >= 0."
     )

@@ -45,6 +45,10 @@ from statistics import fmean
 import yaml
 from rl_study import overrides_of, run_params
 
+from agentrl.chat import get_format
+from agentrl.config import load_params
+from agentrl.dataset import iter_records
+from agentrl.eval.failures import FAILURES, breakdown, failure_kind
 from agentrl.stats import paired_difference, wilson
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
@@ -121,9 +125,13 @@ def rollout_cell(
         check=True,
     )  # fmt: skip
     episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    cfg = load_params(params)
+    fmt = get_format(cfg.model.format)
+    records = {r["id"]: r for r in iter_records(Path(cfg.base.paths.data) / "synth", split, n)}
     return {
         "tasks": [e["task_id"] for e in episodes],
         "grounded": [int(e["grounded"]) for e in episodes],
+        "failures": [failure_kind(e, records[e["task_id"]], fmt) for e in episodes],
     }
 
 
@@ -160,7 +168,7 @@ def main() -> None:
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:
         for view, split, n, temperature in views:
             key = f"{name}.{view}"
-            if key not in cells or len(cells[key]["tasks"]) != n:
+            if key not in cells or len(cells[key]["tasks"]) != n or "failures" not in cells[key]:
                 jsonl = args.out / f"{key}.jsonl"
                 cells[key] = rollout_cell(model, args.params, split, n, temperature, jsonl)
                 save()
@@ -187,7 +195,13 @@ def main() -> None:
                 cells.pop(f"{arm}.{view}", None)
             save()
         outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
-    report(results, outcomes, [v for v, *_ in views], args.versus, args.results / "screen.md")
+    kinds = {
+        name: {v: cells[f"{name}.{v}"]["failures"] for v, _, _, t in views if t == 0}
+        for name in outcomes
+    }
+    report(
+        results, outcomes, kinds, [v for v, *_ in views], args.versus, args.results / "screen.md"
+    )
 
 
 def curve(values: list | None) -> str:
@@ -198,7 +212,9 @@ def curve(values: list | None) -> str:
     return f"{fmean(kept[:2]):.3f} → {fmean(kept[-2:]):.3f}"
 
 
-def report(results: dict, outcomes: dict, views: list[str], versus: str, path: Path) -> None:
+def report(
+    results: dict, outcomes: dict, kinds: dict, views: list[str], versus: str, path: Path
+) -> None:
     lines = [
         "| arm | overrides | steps | loop min | source | groups kept/drawn | zero-variance "
         "| s per kept group |",
@@ -231,6 +247,14 @@ def report(results: dict, outcomes: dict, views: list[str], versus: str, path: P
             paired = name not in ("sft", versus) and versus in outcomes
             row.append(str(paired_difference(outcomes[versus][v], cells[v])) if paired else "")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", "What went wrong first (`agentrl/eval/failures.py`), greedy episodes:", "",
+              "| checkpoint | split | " + " | ".join(FAILURES) + " |",
+              "|---" * (len(FAILURES) + 2) + "|"]  # fmt: skip
+    for name in outcomes:
+        for v in views:
+            counts = breakdown(kinds[name][v]) if v in kinds.get(name, {}) else None
+            if counts:
+                lines.append(f"| {name} | {v} | " + " | ".join(map(str, counts.values())) + " |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     print(text)

@@ -75,6 +75,28 @@ def test_rl_raises_the_reward_of_a_trivially_learnable_task(
     assert all(h["time_update_s"] > 0 for h in history if "time_update_s" in h)
 
 
+def test_rollouts_at_a_temperature_train_on_its_logprobs_and_drift_is_tracked(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """At harness.temperature 0.7 the trainer's log-probs are those of softmax(logits/0.7),
+    the distribution the engine sampled from: the rollout/train gap stays at numerical
+    noise (log-probs at T = 1 would differ by ~0.1 a token). track_drift logs the policy's
+    distance from the start model: nothing before the first update, more after."""
+    fmt = get_format("hermes")
+    model, tokenizer = digit_model(dataset, TINY_MODEL)
+    cfg = RLSection(
+        steps=3, tasks_per_step=4, group_size=8, lr=2e-3, mini_batch=32, micro_batch_size=16,
+        grounded_only=False, checkpoint_every=100, dynamic_sampling=False, track_drift=True,
+    )  # fmt: skip
+    harness_cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=256, temperature=0.7)
+    trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "temp", "fp32")
+    _, history, _ = trainer.train(digit_tasks(4, answer=7), tmp_path / "ckpt", lambda *_: None)
+    trainer.harness.close()
+    assert all(h["rollout_train_logp_gap"] < 1e-4 for h in history), history
+    assert abs(history[0]["kl_to_start"]) < 1e-4 and history[0]["logprob_change"] < 1e-4
+    assert history[-1]["logprob_change"] > 100 * max(history[0]["logprob_change"], 1e-6)
+
+
 def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: Path) -> None:
     """On-policy shortcut: the first mini-batch trains on the rollout weights, so its
     detached forward pass must equal the separate no-grad pass it replaces."""

@@ -27,6 +27,11 @@ def test_grpo_dr_grpo_rloo_by_hand() -> None:
     assert flat(advantages("rloo", groups)) == [0.6667, -0.6667, -0.6667, 0.6667]
 
 
+def test_rft_weights_the_successes_of_any_group_and_nothing_else() -> None:
+    groups = [group(1.0, 0.0, 1.0), group(1.0, 1.0), group(0.0, -0.5)]
+    assert flat(advantages("rft", groups)) == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+
+
 def test_equal_rewards_and_singletons_get_zero() -> None:
     for name in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo"):
         assert flat(advantages(name, [group(1.0, 1.0, 1.0), group(0.3)])) == [0.0] * 4

@@ -5,9 +5,9 @@ engine made them. ``HFEngine`` runs an in-process transformers model: batched ge
 with a KV cache, left padding, the end-of-turn token as stop id (and optional stop
 strings), temperature and top-p, each prompt sampled from its own stream of the call's
 seed. ``OpenAIEngine`` (``openai_engine.py``) does the same over HTTP. Their log-probs are
-those of the sampled token under the model's own distribution (temperature 1, before
-top-p), the quantity the trainer recomputes, so the rollout/train gap measures engine
-mismatch only.
+those of the sampled token under the distribution sampled from: softmax(logits / T), before
+top-p (greedy: T = 1), the quantity the trainer recomputes at the same temperature, so the
+rollout/train gap measures engine mismatch only.
 """
 
 from __future__ import annotations
@@ -243,6 +243,11 @@ class HFEngine:
         decode_began = time.perf_counter()
         self.seconds["prefill"] += decode_began - prefill_began
         warpers = _warpers(sampling)
+        t = sampling.temperature
+
+        def scaled(logits: torch.Tensor) -> torch.Tensor:
+            return logits / t if t not in (0.0, 1.0) else logits
+
         rows = list(range(len(prompts)))  # batch position -> prompt index
         generated: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
@@ -268,7 +273,8 @@ class HFEngine:
             else:
                 scores = warpers(None, logits.clone())
                 chosen = sample_rows(scores, [streams[row] for row in rows])
-            chosen_logprobs = torch.log_softmax(logits, -1).gather(-1, chosen[:, None])[:, 0]
+            chosen_logprobs = torch.log_softmax(scaled(logits), -1).gather(-1, chosen[:, None])
+            chosen_logprobs = chosen_logprobs[:, 0]
             for position, (row, token, logprob) in enumerate(
                 zip(rows, chosen.tolist(), chosen_logprobs.tolist(), strict=True)
             ):

@@ -31,11 +31,15 @@ def _chunk(
     hidden: torch.Tensor,
     targets: torch.Tensor,
     entropy: list[torch.Tensor] | None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Log-probs of ``targets``, in float32 whatever the autocast dtype of the head; the
-    entropy (a figure) is appended to ``entropy`` on the first call only, so the recompute
-    of activation checkpointing in backward does not pay for it again."""
+    """Log-probs of ``targets`` under softmax(logits / ``temperature``), in float32 whatever
+    the autocast dtype of the head; the entropy (a figure) is appended to ``entropy`` on the
+    first call only, so the recompute of activation checkpointing in backward does not pay
+    for it again."""
     logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
     if entropy is not None and not entropy:
         with torch.no_grad():
             logp_all = torch.log_softmax(logits, dim=-1)
@@ -50,8 +54,10 @@ def head_logprobs(
     chunk: int,
     entropy: bool = True,
     keep: torch.Tensor | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob of ``targets`` (batch, tokens) given ``hidden`` (batch, tokens, width), and
+    """Log-prob of ``targets`` (batch, tokens) given ``hidden`` (batch, tokens, width) under
+    softmax(logits / ``temperature``) (rl: the rollouts' sampling temperature), and
     the entropy there (a detached figure; None without ``entropy``: the LM loss and the
     no-grad passes of rl skip the full-vocabulary exp and product it costs), computed
     ``chunk`` positions at a time.
@@ -64,7 +70,10 @@ def head_logprobs(
     """
     if keep is not None:
         rows = hidden.shape[0]
-        flat = head_logprobs(model, hidden[keep][None], targets[keep][None], chunk * rows, entropy)
+        flat = head_logprobs(
+            model, hidden[keep][None], targets[keep][None], chunk * rows, entropy,
+            temperature=temperature,
+        )  # fmt: skip
 
         def place(values: torch.Tensor) -> torch.Tensor:
             return values.new_zeros(keep.shape).masked_scatter(keep, values[0])
@@ -76,7 +85,10 @@ def head_logprobs(
     for start in range(0, hidden.shape[1], chunk):
         kept: list[torch.Tensor] | None = [] if entropy else None
         # the head module itself, not its weight: peft's trainable tokens wrap it
-        part = (head, hidden[:, start : start + chunk], targets[:, start : start + chunk], kept)
+        part = (
+            head, hidden[:, start : start + chunk], targets[:, start : start + chunk], kept,
+            temperature,
+        )  # fmt: skip
         if torch.is_grad_enabled():
             taken.append(checkpoint(_chunk, *part, use_reentrant=False))
         else:
@@ -98,6 +110,7 @@ def sequence_logprobs(
     position_ids: torch.Tensor | None = None,
     entropy: bool = True,
     keep: torch.Tensor | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every token given the ones before (column t is token t; column 0 is 0)
     and the entropy of the distribution it was drawn from (None without ``entropy``); with
@@ -107,6 +120,6 @@ def sequence_logprobs(
     )
     targets = input_ids[:, 1:]
     kept = None if keep is None else keep[:, 1:]
-    taken, spread = head_logprobs(model, hidden[:, :-1], targets, chunk, entropy, kept)
+    taken, spread = head_logprobs(model, hidden[:, :-1], targets, chunk, entropy, kept, temperature)
     zero = torch.zeros_like(taken[:, :1])
     return torch.cat([zero, taken], 1), None if spread is None else torch.cat([zero, spread], 1)

@@ -18,6 +18,10 @@ An episode advantage is a baseline subtracted within the group, then a scale:
   is the turn's discounted return (γ per remaining turn, the outcome at the end)
   normalised within that group. A state seen once gets no step advantage, so gigpo
   equals grpo when no state repeats.
+- ``rft``: rejection-sampling fine-tuning (RAFT, Dong et al. 2023; STaR's filter): no
+  baseline; a rollout with a positive reward keeps it as its weight and every other one
+  gets 0, so the update is fine-tuning on the verified successes. The simplest thing RL
+  must beat; run it with ``rl.dynamic_sampling: false`` so groups that all succeed count.
 
 ``scale`` (``rl.scale``, TRL's ``scale_rewards``) overrides an estimator's own scale:
 ``group`` divides by the group's reward std, ``batch`` whitens over the whole step,
@@ -25,7 +29,8 @@ An episode advantage is a baseline subtracted within the group, then a scale:
 step keeps, so the trainer calls ``advantages`` once per step, never per group.
 
 Groups of one and groups whose values are all equal get zero advantage (nothing to
-compare against), never a division by zero.
+compare against), never a division by zero; rft alone, having no baseline, weights the
+successes of any group.
 """
 
 from __future__ import annotations
@@ -76,6 +81,15 @@ def _leave_one_out(values: Sequence[float]) -> list[float]:
     return [v - (total - v) / (n - 1) for v in values]
 
 
+def _successes(values: Sequence[float]) -> list[float]:
+    """Positive rewards as they are, the rest 0.
+
+    >>> _successes([1.0, 0.0, -0.5, 0.25])
+    [1.0, 0.0, 0.0, 0.25]
+    """
+    return [v if v > 0 else 0.0 for v in values]
+
+
 @dataclass(frozen=True)
 class Estimator:
     baseline: Callable[[Sequence[float]], list[float]]  # a group's rewards, baseline removed
@@ -89,6 +103,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "rloo": Estimator(_leave_one_out, "none"),
     "reinforce_pp_baseline": Estimator(_centered, "batch"),
     "gigpo": Estimator(_centered, "group", steps=True),
+    "rft": Estimator(_successes, "none"),
 }
 
 

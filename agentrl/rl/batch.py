@@ -79,9 +79,15 @@ def prefix_key(seq: TrainSequence) -> tuple[int, ...]:
 
 
 def shared_token_logprobs(
-    model: object, micro: list[TrainSequence], pad_id: int, chunk: int = 256, entropy: bool = True
+    model: object,
+    micro: list[TrainSequence],
+    pad_id: int,
+    chunk: int = 256,
+    entropy: bool = True,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``sequence_logprobs`` of ``collate(micro)``, with each distinct prompt run once.
+    """``sequence_logprobs`` of ``collate(micro)`` (at ``temperature``), with each distinct
+    prompt run once.
 
     The G samples of a task share their first prompt (system, tools, task): its keys and
     values are computed once, with gradient, and expanded to every row that shares it;
@@ -100,7 +106,7 @@ def shared_token_logprobs(
         batch = collate(micro, pad_id)
         return sequence_logprobs(
             model, batch["input_ids"], batch["attention_mask"], chunk, entropy=entropy,
-            keep=batch["mask"] > 0,
+            keep=batch["mask"] > 0, temperature=temperature,
         )  # fmt: skip
     prefix_ids, prefix_mask = left_pad([list(k) for k in groups], pad_id)
     cache = DynamicCache()
@@ -139,7 +145,9 @@ def shared_token_logprobs(
         )
         > 0
     )
-    taken, spread = head_logprobs(model, hidden[:, :-1], suffix_ids[:, 1:], chunk, entropy, keep)
+    taken, spread = head_logprobs(
+        model, hidden[:, :-1], suffix_ids[:, 1:], chunk, entropy, keep, temperature
+    )
     width = max(len(s.ids) for s in micro)
 
     def place(values: torch.Tensor) -> torch.Tensor:  # suffix columns -> collate's columns
@@ -152,3 +160,28 @@ def shared_token_logprobs(
         return torch.stack(rows)
 
     return place(taken), None if spread is None else place(spread)
+
+
+def drift_from_start(sequences: list[TrainSequence]) -> dict[str, float]:
+    """How far the rollout policy has moved from the start model on its own sampled tokens
+    (the loss mask's): ``kl_to_start`` = mean(log pi - log pi_start), the k1 estimate of
+    KL(pi || pi_start) under pi's samples, and ``logprob_change`` = mean |log pi - log
+    pi_start|. Needs ``ref_logp`` (the start model's).
+
+    >>> seq = TrainSequence([1, 2, 3], [0, 1, 1], [0.0, -0.5, -1.0], [0.0, 1.0, 1.0],
+    ...                     ref_logp=[0.0, -0.7, -0.9])
+    >>> {k: round(v, 3) for k, v in drift_from_start([seq]).items()}
+    {'kl_to_start': 0.05, 'logprob_change': 0.15}
+    """
+    gaps = [
+        now - start
+        for s in sequences
+        for now, start, kept in zip(s.rollout_logp, s.ref_logp, s.mask, strict=True)
+        if kept
+    ]
+    if not gaps:
+        return {}
+    return {
+        "kl_to_start": sum(gaps) / len(gaps),
+        "logprob_change": sum(abs(g) for g in gaps) / len(gaps),
+    }

@@ -37,7 +37,7 @@ from agentrl.train.loop import end_distributed
 PLOT_COLUMNS = (
     "step", "reward_mean", "reward_std", "success", "grounded_success", "groups", "zero_variance_share",
     *(f"{source}_{figure}" for source in SOURCES for figure in source_figures(SourceTally())),
-    "policy_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean",
+    "policy_loss", "entropy", "kl", "kl_to_start", "logprob_change", "clip_frac_low", "clip_frac_high", "is_weight_mean",
     "is_weight_max", "sequences", "update_skipped",
     "rollout_train_logp_gap", "response_tokens", "turns", "tool_calls", "tool_failure_rate",
     "compactions", "rollout_tokens_per_s", "update_tokens_per_s", "time_rollout_s",

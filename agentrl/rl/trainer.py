@@ -52,6 +52,7 @@ from agentrl.precision import Resolved, autocast
 from agentrl.rl.batch import (
     TrainSequence,
     collate,
+    drift_from_start,
     prefix_key,
     shared_token_logprobs,
     to_sequences,
@@ -118,7 +119,10 @@ class RLTrainer:
         self.fingerprint = f"{fingerprint}:{CHECKPOINT_LAYOUT}:world{self.world}"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.reference = copy.deepcopy(model).eval() if cfg.kl_coef > 0 else None
+        keep_start = cfg.kl_coef > 0 or cfg.track_drift
+        self.reference = copy.deepcopy(model).eval() if keep_start else None
+        # the loss's log-probs are those of the distribution the rollouts sampled from
+        self.temperature = harness_cfg.temperature or 1.0
         self.pad_id = tokenizer.pad_token_id
         self.accum = max(1, cfg.mini_batch // cfg.micro_batch_size)
         model = apply_lora(model, cfg.lora, "rl.lora", format_token_ids(tokenizer, fmt))
@@ -161,7 +165,7 @@ class RLTrainer:
             with autocast(self.precision):
                 logp, _ = shared_token_logprobs(
                     model, [sequences[i] for i in rows], self.pad_id, self.cfg.logprob_chunk,
-                    entropy=False,
+                    entropy=False, temperature=self.temperature,
                 )  # fmt: skip
             for k, i in enumerate(rows):
                 out[i] = logp[k, : len(sequences[i].ids)]
@@ -188,9 +192,11 @@ class RLTrainer:
         self.engine.eval()
         for seq, logp in zip(stale, self._logprobs(self.engine.module, stale), strict=True):
             seq.old_logp = logp.tolist()
+        drift = {}
         if self.reference is not None:
             for seq, logp in zip(sequences, self._logprobs(self.reference, sequences), strict=True):
                 seq.ref_logp = logp.tolist()
+            drift = drift_from_start(sequences) if cfg.track_drift else {}
         reference_s = time.perf_counter() - tick
         self.engine.train()
         tick, figures, tokens = time.perf_counter(), [], 0
@@ -212,12 +218,16 @@ class RLTrainer:
                         figures.append(stats)
         update_s = time.perf_counter() - tick
         merged = {k: fmean(f[k] for f in figures) for k in figures[0]} if figures else {}
-        return merged | {
-            "time_reference_s": reference_s,
-            "time_update_s": update_s,
-            "update_tokens_per_s": tokens / max(update_s, 1e-9),
-            "sequences": float(len(sequences)),
-        }
+        return (
+            merged
+            | drift
+            | {
+                "time_reference_s": reference_s,
+                "time_update_s": update_s,
+                "update_tokens_per_s": tokens / max(update_s, 1e-9),
+                "sequences": float(len(sequences)),
+            }
+        )
 
     @staticmethod
     def _filler(data: StepData) -> TrainSequence:
@@ -247,8 +257,9 @@ class RLTrainer:
 
         with autocast(self.precision):  # log-probs come out float32: the head casts
             logp, entropy = shared_token_logprobs(
-                self.engine, micro, self.pad_id, self.cfg.logprob_chunk
-            )
+                self.engine, micro, self.pad_id, self.cfg.logprob_chunk,
+                temperature=self.temperature,
+            )  # fmt: skip
         for i, seq in enumerate(micro):
             if seq.old_logp is None:  # first mini-batch: still the rollout weights
                 seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
