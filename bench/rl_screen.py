@@ -5,7 +5,7 @@ checkpoint paired task by task against sft (and against a reference arm).
     python bench/rl_screen.py --budget-min 20 \\
         --arm lr2e-5 rl.lr=2e-5 --arm lora16 rl.lora.r=16 rl.lr=5e-5 \\
         --arm t07 harness.temperature=0.7 --arm rft rl.advantage=rft rl.dynamic_sampling=false
-    python bench/rl_screen.py --set rl.drift_figures=true --versus episodes ...
+    python bench/rl_screen.py --set rl.track_drift=true --versus episodes ...
 
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
 applies to every arm. Each arm is a real rl stage run (``stages/rl.py``) in its own
@@ -56,7 +56,7 @@ SOURCES = ("episodes", "pivots")
 # the settings a step's seconds depend on: arms equal in these share a probe
 PACE_KEYS = (
     "rl.rollouts", "rl.pivot_share", "rl.tasks_per_step", "rl.group_size", "rl.epochs",
-    "rl.lora.r", "rl.drift_figures", "rl.max_resample", "rl.dynamic_sampling",
+    "rl.lora.r", "rl.track_drift", "rl.max_resample", "rl.dynamic_sampling",
     "harness.temperature", "harness.max_turns", "harness.max_new_tokens",
 )  # fmt: skip
 CURVES = ("grounded_success", "reward_mean", "entropy", "kl_to_start", "logprob_change")
