@@ -23,7 +23,8 @@ engine and seed). Grounded success is compared task by task
 Every finished cell (a probe's pace, an arm's training figures and curves, a checkpoint's
 outcomes on a split) goes into ``<results>/screen.json`` at once and a rerun skips it, so
 a screening may span sessions that keep only what is committed; an arm trained but not
-yet evaluated when its run directory is lost trains again. The table is
+yet evaluated when its run directory is lost trains again; one with some cells scored
+keeps them and leaves the rest empty (drop its cells from screen.json to train it again). The table is
 ``<results>/screen.md``.
 
 Simplifications, stated: one seed per arm (a screening; the study in ``rl_study.py``
@@ -43,12 +44,9 @@ from pathlib import Path
 from statistics import fmean
 
 import yaml
-from rl_study import overrides_of, run_params
+from rl_study import overrides_of, rollout_cell, run_params
 
-from agentrl.chat import get_format
-from agentrl.config import load_params
-from agentrl.dataset import iter_records
-from agentrl.eval.failures import FAILURES, breakdown, failure_kind
+from agentrl.eval.failures import FAILURES, breakdown
 from agentrl.stats import paired_difference, wilson
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
@@ -114,27 +112,6 @@ def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
     return out
 
 
-def rollout_cell(
-    model: Path, params: Path, split: str, n: int, temperature: float, out: Path
-) -> dict[str, list]:
-    """Grounded outcomes of ``model`` on the first ``n`` tasks of ``split``, by task."""
-    subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
-         split, "--n", str(n), "--temperature", str(temperature), "--params", str(params),
-         "--out", str(out)],
-        check=True,
-    )  # fmt: skip
-    episodes = [json.loads(line) for line in out.read_text().splitlines()]
-    cfg = load_params(params)
-    fmt = get_format(cfg.model.format)
-    records = {r["id"]: r for r in iter_records(Path(cfg.base.paths.data) / "synth", split, n)}
-    return {
-        "tasks": [e["task_id"] for e in episodes],
-        "grounded": [int(e["grounded"]) for e in episodes],
-        "failures": [failure_kind(e, records[e["task_id"]], fmt) for e in episodes],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
@@ -169,18 +146,21 @@ def main() -> None:
         for view, split, n, temperature in views:
             key = f"{name}.{view}"
             if key not in cells or len(cells[key]["tasks"]) != n or "failures" not in cells[key]:
+                if not model.is_dir():
+                    print(f"{key}: {model} is gone, the cell stays empty", flush=True)
+                    continue
                 jsonl = args.out / f"{key}.jsonl"
                 cells[key] = rollout_cell(model, args.params, split, n, temperature, jsonl)
                 save()
-        return {view: cells[f"{name}.{view}"]["grounded"] for view, *_ in views}
+        return {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
 
     models = Path(base["base"]["paths"]["models"]).resolve()
     outcomes = {"sft": evaluate("sft", models / "sft")}
     for arm, overrides in arms.items():
         run_dir = (args.out / arm).resolve()
-        evaluated = all(f"{arm}.{view}" in cells for view, *_ in views)
+        scored = any(f"{arm}.{view}" in cells for view, *_ in views)
         trained = arm in results and results[arm]["overrides"] == overrides
-        if not trained or not (evaluated or (run_dir / "models" / "rl").is_dir()):
+        if not trained or not (scored or (run_dir / "models" / "rl").is_dir()):
             pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
             if pace not in paces:
                 probe = train(args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2})
@@ -196,8 +176,8 @@ def main() -> None:
             save()
         outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
     kinds = {
-        name: {v: cells[f"{name}.{v}"]["failures"] for v, _, _, t in views if t == 0}
-        for name in outcomes
+        name: {v: cells[f"{name}.{v}"]["failures"] for v, *_, t in views if t == 0 and v in got}
+        for name, got in outcomes.items()
     }
     report(
         results, outcomes, kinds, [v for v, *_ in views], args.versus, args.results / "screen.md"
@@ -240,11 +220,14 @@ def report(
     for name, cells in outcomes.items():
         row = []
         for v in views:
+            if v not in cells:
+                row += ["–", "", ""]
+                continue
             row.append(str(wilson(sum(cells[v]), len(cells[v]))))
             row.append(
                 str(paired_difference(outcomes["sft"][v], cells[v])) if name != "sft" else ""
             )
-            paired = name not in ("sft", versus) and versus in outcomes
+            paired = name not in ("sft", versus) and v in outcomes.get(versus, {})
             row.append(str(paired_difference(outcomes[versus][v], cells[v])) if paired else "")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     lines += ["", "What went wrong first (`agentrl/eval/failures.py`), greedy episodes:", "",

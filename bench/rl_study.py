@@ -8,8 +8,9 @@
 Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
 params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
 --out (models, checkpoints, metrics, MLflow store). Every checkpoint, sft included, is then
-run through the harness on the evaluation splits (worlds never seen in training) with the
-same sampling seed, and scored by **grounded** success: the verifier's verdict and an
+run through the harness greedy (the eval stage's headline; ``long_horizon`` with the
+summary restart) on the evaluation splits (worlds never seen in training), and scored by
+**grounded** success: the verifier's verdict and an
 answer read off a tool observation of that episode. Rates get Wilson 95% intervals per run
 and mean ± std over seeds per arm. Every run sees the same tasks, so differences are paired
 (``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, and each
@@ -34,11 +35,7 @@ import yaml
 from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
-from agentrl.envs.registry import Registry
-from agentrl.harness.engine import HFEngine
-from agentrl.harness.loop import Harness
-from agentrl.harness.metrics import summarize
-from agentrl.model.build import load_model_dir
+from agentrl.eval.failures import failure_kind
 from agentrl.stats import over_seeds, paired_difference, wilson
 
 ARMS = {
@@ -49,7 +46,7 @@ ARMS = {
 }
 SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
 # long_horizon tasks outgrow the context: they run with the model-written summary restart
-SPLIT_HARNESS = {"long_horizon": {"context": "summary"}}
+SPLIT_CONTEXT = {"long_horizon": "summary"}
 
 
 def set_key(tree: dict, dotted: str, value: object) -> None:
@@ -99,27 +96,49 @@ def run_params(
     return path
 
 
+def rollout_cell(
+    model: Path,
+    params: Path,
+    split: str,
+    n: int,
+    temperature: float,
+    out: Path,
+    context: str | None = None,
+) -> dict[str, list]:
+    """Grounded outcomes of ``model`` on the first ``n`` tasks of ``split`` (one episode
+    each, ``agentrl rollout``: the eval stage's engine, precision and seed), by task, with
+    each failure's kind; the trajectories stay in ``out``."""
+    subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
+         split, "--n", str(n), "--temperature", str(temperature), "--params", str(params),
+         "--out", str(out), *(["--context", context] if context else [])],
+        check=True,
+    )  # fmt: skip
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    cfg = load_params(params)
+    fmt = get_format(cfg.model.format)
+    records = {r["id"]: r for r in iter_records(Path(cfg.base.paths.data) / "synth", split, n)}
+    return {
+        "tasks": [e["task_id"] for e in episodes],
+        "grounded": [int(e["grounded"]) for e in episodes],
+        "failures": [failure_kind(e, records[e["task_id"]], fmt) for e in episodes],
+    }
+
+
 def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int) -> dict:
-    params = load_params(params_path)
-    fmt = get_format(params.model.format)
-    model, tokenizer = load_model_dir(model_dir, fmt)
-    registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
+    """``model_dir`` greedy on the first ``n`` tasks of every split (the eval stage's
+    headline), long_horizon with the summary restart."""
     out = {}
     for split in splits:
-        records = list(iter_records(Path(params.base.paths.data) / "synth", split, n))
-        harness_cfg = params.harness.model_copy(update=SPLIT_HARNESS.get(split, {}))
-        harness = Harness(HFEngine(model, tokenizer), tokenizer, fmt, registry, harness_cfg)
-        episodes = harness.run(records, samples=1, seed=params.base.seed)
-        harness.close()
-        figures = summarize(episodes)
-        grounded = sum(e.grounded for e in episodes)
+        cell = rollout_cell(
+            model_dir, params_path, split, n, 0.0,
+            params_path.parent / f"{model_dir.name}.{split}.jsonl", SPLIT_CONTEXT.get(split),
+        )  # fmt: skip
         out[split] = {
-            "grounded": grounded,
-            "success": sum(e.success for e in episodes),
-            "n": len(episodes),
-            "tool_error_rate": figures["tool_error_rate"],
-            "turns": figures["turns"],
-            "outcomes": [int(e.grounded) for e in episodes],  # task order: pairs across runs
+            "grounded": sum(cell["grounded"]),
+            "n": len(cell["grounded"]),
+            "outcomes": cell["grounded"],  # task order: pairs across runs
+            "failures": cell["failures"],
         }
     return out
 
@@ -129,7 +148,7 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--arms", default="grpo,random")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--eval-n", type=int, default=300, help="tasks per split (1 episode each)")
+    parser.add_argument("--eval-n", type=int, default=200, help="tasks per split (1 episode each)")
     parser.add_argument("--splits", default=",".join(SPLITS))
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every arm")
     parser.add_argument("--out", type=Path, default=Path("runs/rl_study"))

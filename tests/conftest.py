@@ -319,13 +319,29 @@ def dvc_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
     shutil.copy(ROOT / ".gitignore", repo)
-    write_params(repo / "params.yaml", project_params(max_steps=6, checkpoint_every=100))
+    write_params(repo / "params.yaml", dvc_project_params())
     repo_ok(repo, "git", "init", "-q")
     repo_ok(repo, "dvc", "init", "-q")
     repo_ok(repo, "dvc", "config", "core.analytics", "false")
     repo_ok(repo, "git", "add", "-A")
     repo_ok(repo, "git", "commit", "-qm", "init")
     return repo
+
+
+def dvc_project_params() -> dict:
+    """The params :func:`dvc_project` starts with (test_bitwise builds its clean clone
+    with them, to compare it with that repository's first run)."""
+    return project_params(max_steps=6, checkpoint_every=100)
+
+
+@pytest.fixture(scope="session")
+def first_repro(dvc_project: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """:func:`dvc_project`'s first `dvc repro` (the whole DAG): what it printed, and a
+    directory holding a copy of the ``dvc.lock`` it wrote, kept before tests change params."""
+    out = repo_ok(dvc_project, "dvc", "repro")
+    kept = tmp_path_factory.mktemp("first_lock")
+    shutil.copy(dvc_project / "dvc.lock", kept)
+    return out, kept
 
 
 def producer(uri: str, output: Path) -> str | None:

@@ -23,8 +23,10 @@ def repo(dvc_project: Path) -> Path:
     return dvc_project
 
 
-def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(repo: Path) -> None:
-    out = _ok(repo, "dvc", "repro")
+def test_repro_runs_the_dag_then_is_a_noop_then_reruns_what_a_param_touches(
+    repo: Path, first_repro: tuple[str, Path]
+) -> None:
+    out, _ = first_repro
     for name in ("synth", "init", "midtrain", "sft", "pivots", "rl"):
         assert f"Running stage '{name}'" in out
     store = f"sqlite:///{repo / 'mlflow.db'}"
