@@ -46,7 +46,8 @@ from statistics import fmean
 import yaml
 from rl_study import overrides_of, rollout_cell, run_params
 
-from agentrl.eval.failures import FAILURES, breakdown
+from agentrl.dataset import iter_records
+from agentrl.eval.failures import FAILURES, breakdown, expert_calls
 from agentrl.stats import paired_difference, wilson
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
@@ -179,9 +180,18 @@ def main() -> None:
         name: {v: cells[f"{name}.{v}"]["failures"] for v, *_, t in views if t == 0 and v in got}
         for name, got in outcomes.items()
     }
+    data = Path(base["base"]["paths"]["data"]) / "synth"
+    shapes = {v: task_shapes(data, split, n) for v, split, n, t in views if t == 0}
     report(
-        results, outcomes, kinds, [v for v, *_ in views], args.versus, args.results / "screen.md"
-    )
+        results, outcomes, kinds, shapes, [v for v, *_ in views], args.versus,
+        args.results / "screen.md",
+    )  # fmt: skip
+
+
+def task_shapes(data: Path, split: str, n: int) -> list[str]:
+    """Each of the first ``n`` tasks of ``split`` as family and expert call count
+    ("store×3"): where a checkpoint gains or loses, by the kind of task."""
+    return [f"{r['family']}×{len(expert_calls(r))}" for r in iter_records(data, split, n)]
 
 
 def curve(values: list | None) -> str:
@@ -193,7 +203,13 @@ def curve(values: list | None) -> str:
 
 
 def report(
-    results: dict, outcomes: dict, kinds: dict, views: list[str], versus: str, path: Path
+    results: dict,
+    outcomes: dict,
+    kinds: dict,
+    shapes: dict[str, list[str]],
+    views: list[str],
+    versus: str,
+    path: Path,
 ) -> None:
     lines = [
         "| arm | overrides | steps | loop min | source | groups kept/drawn | zero-variance "
@@ -238,6 +254,19 @@ def report(
             counts = breakdown(kinds[name][v]) if v in kinds.get(name, {}) else None
             if counts:
                 lines.append(f"| {name} | {v} | " + " | ".join(map(str, counts.values())) + " |")
+    for v, shape in shapes.items():
+        kinds_of_task = sorted(set(shape))
+        lines += ["", f"Grounded on {v} by task family × expert calls (greedy):", "",
+                  "| checkpoint | " + " | ".join(kinds_of_task) + " |",
+                  "|---" * (len(kinds_of_task) + 1) + "|"]  # fmt: skip
+        for name, cells in outcomes.items():
+            if v in cells:
+                won = {
+                    k: [g for g, s in zip(cells[v], shape, strict=True) if s == k]
+                    for k in kinds_of_task
+                }
+                row = " | ".join(f"{sum(won[k])}/{len(won[k])}" for k in kinds_of_task)
+                lines.append(f"| {name} | {row} |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     print(text)
