@@ -8,7 +8,10 @@ checkpoint paired task by task against sft (and against a reference arm).
     python bench/rl_screen.py --set rl.track_drift=true --versus episodes ...
 
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
-applies to every arm. Each arm is a real rl stage run (``stages/rl.py``) in its own
+applies to every arm. An arm with ``sft.*`` overrides first retrains sft from the
+workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``); with nothing else of
+its own it is scored as that sft, otherwise its rl starts there (pivots stay the ones
+profiled on the workspace's sft). Each arm is a real rl stage run (``stages/rl.py``) in its own
 directory under --out (models, checkpoints, metrics, MLflow store: scratch). Its step
 count fills --budget-min of rl loop time (rollouts, update, sync: the per-step times in
 MLflow; model loading left out) at the seconds a step took in a 2-step probe run. Arms
@@ -137,11 +140,11 @@ def main() -> None:
     results_path = args.results / "screen.json"
     saved = json.loads(results_path.read_text()) if results_path.exists() else {}
     paces, results, cells = saved.get("paces", {}), saved.get("arms", {}), saved.get("cells", {})
+    sft_arms = saved.get("sft_arms", {})
 
     def save() -> None:
-        results_path.write_text(
-            json.dumps({"paces": paces, "arms": results, "cells": cells}, indent=1)
-        )
+        tables = {"paces": paces, "arms": results, "sft_arms": sft_arms, "cells": cells}
+        results_path.write_text(json.dumps(tables, indent=1))
 
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:
         for view, split, n, temperature in views:
@@ -160,6 +163,18 @@ def main() -> None:
     for arm, overrides in arms.items():
         run_dir = (args.out / arm).resolve()
         scored = any(f"{arm}.{view}" in cells for view, *_ in views)
+        if tuned := {k: v for k, v in overrides.items() if k.startswith("sft.")}:
+            model = run_dir / "models" / "sft"
+            done = sft_arms.get(arm, {}).get("overrides") == tuned
+            if not done or not (scored or model.is_dir()):
+                sft_arms[arm] = retrain_sft(run_dir, base, tuned)
+                results.pop(arm, None)  # an rl arm on top trains again from the new sft
+                for view, *_ in views:
+                    cells.pop(f"{arm}.{view}", None)
+                save()
+            if set(overrides) - set(tuned) <= set(common):  # an sft arm: scored as it is
+                outcomes[arm] = evaluate(arm, model)
+                continue
         trained = arm in results and results[arm]["overrides"] == overrides
         if not trained or not (scored or (run_dir / "models" / "rl").is_dir()):
             pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
@@ -183,9 +198,25 @@ def main() -> None:
     data = Path(base["base"]["paths"]["data"]) / "synth"
     shapes = {v: task_shapes(data, split, n) for v, split, n, t in views if t == 0}
     report(
-        results, outcomes, kinds, shapes, [v for v, *_ in views], args.versus,
+        results, sft_arms, outcomes, kinds, shapes, [v for v, *_ in views], args.versus,
         args.results / "screen.md",
     )  # fmt: skip
+
+
+def retrain_sft(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
+    """An sft stage run from the workspace's ``models/midtrain`` with ``overrides`` (sft.*):
+    its seconds and metrics; the model is ``run_dir/models/sft``."""
+    model = run_dir / "models" / "sft"
+    if model.is_symlink():  # an earlier rl arm of this name started from the workspace's
+        model.unlink()
+    path = run_params(params, run_dir, overrides, link=("midtrain", "midtrain"))
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "stages/sft.py", "--params", str(path)], env=env, check=True)
+    metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
+    return {"overrides": overrides, "stage_s": round(time.perf_counter() - started, 1)} | {
+        "metrics": metrics
+    }
 
 
 def task_shapes(data: Path, split: str, n: int) -> list[str]:
@@ -204,6 +235,7 @@ def curve(values: list | None) -> str:
 
 def report(
     results: dict,
+    sft_arms: dict,
     outcomes: dict,
     kinds: dict,
     shapes: dict[str, list[str]],
@@ -226,6 +258,16 @@ def report(
                     f"{s['groups_kept']:.0f}/{s['groups_drawn']:.0f} | "
                     f"{s['zero_variance_share']:.0%} | {s['seconds_per_kept_group']:.1f} |"
                 )
+    if sft_arms:
+        lines += ["", "| sft arm | overrides | stage min | eval loss | first call exact (test) |",
+                  "|---" * 5 + "|"]  # fmt: skip
+    for arm, r in sft_arms.items():
+        shown = ", ".join(f"{k}={v}" for k, v in r["overrides"].items())
+        m = r["metrics"]
+        exact = m.get("format_check", {}).get("test", {}).get("first_call_exact", "–")
+        lines.append(
+            f"| {arm} | {shown} | {r['stage_s'] / 60:.1f} | {m.get('eval_loss', '–')} | {exact} |"
+        )
     lines += ["", "Train curves (mean of the first two steps → of the last two):", "",
               "| arm | " + " | ".join(CURVES) + " |", "|---" * (len(CURVES) + 1) + "|"]  # fmt: skip
     for arm, r in results.items():
