@@ -652,7 +652,8 @@ class PivotsSection(Strict):
         gt=0,
         le=1,
         description="Difficulty threshold: a candidate is kept when its sampled pass rate is "
-        "above 0 and at most this (and below 1: outcomes that vary).",
+        "above 0 and at most this (and below 1: outcomes that vary). The rl stage applies "
+        "it to the stored pass rates when it loads the pivots.",
     )
 
 

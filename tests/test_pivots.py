@@ -18,11 +18,12 @@ from agentrl.chat import get_format
 from agentrl.chat.render import render_assistant
 from agentrl.config import HarnessSection, RLSection, SplitSection, TeacherSection, load_params
 from agentrl.envs.registry import Registry
+from agentrl.errors import StageError
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.rl.batch import to_sequences
 from agentrl.rl.pivots import Pivot, PivotJudge, PivotRollouts, candidates
-from agentrl.rl.profiling import pivot_records
+from agentrl.rl.profiling import PIVOTS_FILE, pivot_records, read_pivots
 from agentrl.rl.rollouts import EpisodeRollouts, StepRollouts, rollout_figures
 from agentrl.rl.turn_reward import judge_turn
 from agentrl.synth.sampler import Sampler
@@ -264,3 +265,22 @@ def test_pivot_tasks_are_spread_over_a_split_written_in_curriculum_order(tmp_pat
     params["base"]["paths"]["data"] = str(tmp_path / "data")
     chosen = pivot_records(load_params(write_params(tmp_path / "params.yaml", params)))
     assert [r["depth"] for r in chosen] == [1, 1, 2, 2]  # pivots.tasks: 4 of 12
+
+
+def test_the_rl_stage_selects_pivots_by_pass_rate_at_its_own_threshold(tmp_path: Path) -> None:
+    """The profile stores pass rates; which pivots rl draws follows pivots.max_pass_rate
+    when rl loads them, not the kept column written at profiling time."""
+    records = [{"id": "t0"}, {"id": "t1"}]
+    rows = [
+        {"pivot": "t0@1", "task": "t0", "index": 1, "kind": "call", "pass_rate": 0.5},
+        {"pivot": "t0@3", "task": "t0", "index": 3, "kind": "answer", "pass_rate": 0.875},
+        {"pivot": "t1@1", "task": "t1", "index": 1, "kind": "call", "pass_rate": 1.0},
+        {"pivot": "t1@3", "task": "t1", "index": 3, "kind": "answer", "pass_rate": 0.0},
+    ]
+    (tmp_path / PIVOTS_FILE).write_text(
+        "".join(json.dumps(r | {"kept": r["pass_rate"] == 0.5}) + "\n" for r in rows)
+    )
+    assert [p.index for p in read_pivots(tmp_path, records, 0.75)] == [1]
+    assert [p.index for p in read_pivots(tmp_path, records, 1.0)] == [1, 3]
+    with pytest.raises(StageError, match=r"no pivot has 0 < pass rate <= 0.25"):
+        read_pivots(tmp_path, records, 0.25)

@@ -68,8 +68,10 @@ def pivot_records(params: Params) -> list[dict[str, Any]]:
     return records
 
 
-def read_pivots(path: Path, records: list[dict[str, Any]]) -> list[Pivot]:
-    """The kept pivots of a pivots stage output ``path``, on their task records."""
+def read_pivots(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
+    """The informative pivots of a pivots stage output ``path`` at ``max_pass_rate``, on
+    their task records. Selection is redone from the stored pass rates (the stage's ``kept``
+    column is its own view), so the threshold can be varied without profiling again."""
     file = path / PIVOTS_FILE
     if not file.is_file():
         raise StageError(f"{file}: not found (run the pivots stage first)")
@@ -77,14 +79,16 @@ def read_pivots(path: Path, records: list[dict[str, Any]]) -> list[Pivot]:
     pool = []
     for line in file.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        if row["kept"]:
+        if informative(row["pass_rate"], max_pass_rate):
             if row["task"] not in by_id:
                 raise StageError(
                     f"{file}: pivot {row['pivot']} names task {row['task']}, not in its split"
                 )
             pool.append(Pivot(by_id[row["task"]], row["index"]))
     if not pool:
-        raise StageError(f"{file}: no pivot was kept (see metrics/pivots.json)")
+        raise StageError(
+            f"{file}: no pivot has 0 < pass rate <= {max_pass_rate} (see metrics/pivots.json)"
+        )
     return pool
 
 

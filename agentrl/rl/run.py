@@ -59,7 +59,11 @@ def rl_stage(params: Params) -> dict[str, Any]:
     if not records:
         raise StageError(f"{data}: no rl tasks")
     pivots_dir = Path(paths.data) / "pivots"
-    pivots = read_pivots(pivots_dir, pivot_records(params)) if cfg.rollouts != "episodes" else []
+    pivots = (
+        read_pivots(pivots_dir, pivot_records(params), params.pivots.max_pass_rate)
+        if cfg.rollouts != "episodes"
+        else []
+    )
     model, tokenizer = load_model_dir(source, fmt)
     room, limit = params.harness.max_new_tokens, params.harness.context_limit
     fitting = [p for p in pivots if fits(p, tokenizer, fmt, limit, room)]
