@@ -6,6 +6,7 @@ checkpoint paired task by task against sft (and against a reference arm).
         --arm lr2e-5 rl.lr=2e-5 --arm lora16 rl.lora.r=16 rl.lr=5e-5 \\
         --arm t07 harness.temperature=0.7 --arm rft rl.advantage=rft rl.dynamic_sampling=false
     python bench/rl_screen.py --set rl.track_drift=true --versus episodes ...
+    python bench/rl_screen.py --report-only              # screen.md again from screen.json
 
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
 applies to every arm. An arm with ``sft.*`` overrides first retrains sft from the
@@ -128,6 +129,7 @@ def main() -> None:
     parser.add_argument("--versus", default="episodes", help="the arm others pair against")
     parser.add_argument("--out", type=Path, default=Path("runs/rl_screen"), help="run dirs")
     parser.add_argument("--results", type=Path, default=Path("reports/rl_screen"))
+    parser.add_argument("--report-only", action="store_true", help="rewrite screen.md, run nothing")
     args = parser.parse_args()
     base = yaml.safe_load(args.params.read_text())
     common = overrides_of(args.set)
@@ -159,38 +161,53 @@ def main() -> None:
         return {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
 
     models = Path(base["base"]["paths"]["models"]).resolve()
-    outcomes = {"sft": evaluate("sft", models / "sft")}
-    for arm, overrides in arms.items():
-        run_dir = (args.out / arm).resolve()
-        scored = any(f"{arm}.{view}" in cells for view, *_ in views)
-        if tuned := {k: v for k, v in overrides.items() if k.startswith("sft.")}:
-            model = run_dir / "models" / "sft"
-            done = sft_arms.get(arm, {}).get("overrides") == tuned
-            if not done or not (scored or model.is_dir()):
-                sft_arms[arm] = retrain_sft(run_dir, base, tuned)
-                results.pop(arm, None)  # an rl arm on top trains again from the new sft
+
+    def run_arms() -> dict[str, dict[str, list[int]]]:
+        """Train what is missing, score what is unscored: every arm's outcomes by view."""
+        outcomes = {"sft": evaluate("sft", models / "sft")}
+        for arm, overrides in arms.items():
+            run_dir = (args.out / arm).resolve()
+            scored = any(f"{arm}.{view}" in cells for view, *_ in views)
+            if tuned := {k: v for k, v in overrides.items() if k.startswith("sft.")}:
+                model = run_dir / "models" / "sft"
+                done = sft_arms.get(arm, {}).get("overrides") == tuned
+                if not done or not (scored or model.is_dir()):
+                    sft_arms[arm] = retrain_sft(run_dir, base, tuned)
+                    results.pop(arm, None)  # an rl arm on top trains again from the new sft
+                    for view, *_ in views:
+                        cells.pop(f"{arm}.{view}", None)
+                    save()
+                if set(overrides) - set(tuned) <= set(common):  # an sft arm: scored as it is
+                    outcomes[arm] = evaluate(arm, model)
+                    continue
+            trained = arm in results and results[arm]["overrides"] == overrides
+            if not trained or not (scored or (run_dir / "models" / "rl").is_dir()):
+                pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
+                if pace not in paces:
+                    probe = train(
+                        args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2}
+                    )
+                    paces[pace] = probe["loop_s"] / probe["steps"]
+                    save()
+                steps = max(2, round(args.budget_min * 60 / paces[pace]))
+                print(f"{arm}: {paces[pace]:.1f} s a step: {steps} steps", flush=True)
+                results[arm] = train(run_dir, base, overrides | {"rl.steps": steps}) | {
+                    "overrides": overrides
+                }
                 for view, *_ in views:
                     cells.pop(f"{arm}.{view}", None)
                 save()
-            if set(overrides) - set(tuned) <= set(common):  # an sft arm: scored as it is
-                outcomes[arm] = evaluate(arm, model)
-                continue
-        trained = arm in results and results[arm]["overrides"] == overrides
-        if not trained or not (scored or (run_dir / "models" / "rl").is_dir()):
-            pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
-            if pace not in paces:
-                probe = train(args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2})
-                paces[pace] = probe["loop_s"] / probe["steps"]
-                save()
-            steps = max(2, round(args.budget_min * 60 / paces[pace]))
-            print(f"{arm}: {paces[pace]:.1f} s a step: {steps} steps", flush=True)
-            results[arm] = train(run_dir, base, overrides | {"rl.steps": steps}) | {
-                "overrides": overrides
-            }
-            for view, *_ in views:
-                cells.pop(f"{arm}.{view}", None)
-            save()
-        outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
+            outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
+        return outcomes
+
+    if args.report_only:  # the table again from what screen.json holds
+        names = dict.fromkeys(["sft", *sft_arms, *results])
+        outcomes = {
+            name: {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
+            for name in names
+        }
+    else:
+        outcomes = run_arms()
     kinds = {
         name: {v: cells[f"{name}.{v}"]["failures"] for v, *_, t in views if t == 0 and v in got}
         for name, got in outcomes.items()
