@@ -40,15 +40,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from statistics import fmean
 
 import yaml
-from rl_study import overrides_of, rollout_cell, run_params
+from rl_study import overrides_of, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
@@ -88,10 +84,7 @@ def mlflow_steps(run_dir: Path) -> list[dict[str, float]]:
 def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
     """One rl stage run: its loop seconds, per-source figures and per-step curves."""
     path = run_params(params, run_dir, overrides)  # data: the workspace's, pivots included
-    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "stages/rl.py", "--params", str(path)], env=env, check=True)
-    wall = time.perf_counter() - started
+    wall = run_stage("rl", path, run_dir)
     steps = mlflow_steps(run_dir)
     loop = sum(s.get(k, 0.0) for s in steps for k in STEP_TIMES)
     out: dict = {"steps": len(steps), "stage_s": round(wall, 1), "loop_s": round(loop, 1)}
@@ -158,6 +151,9 @@ def main() -> None:
                 jsonl = args.out / f"{key}.jsonl"
                 cells[key] = rollout_cell(model, args.params, split, n, temperature, jsonl)
                 save()
+        return scored_outcomes(name)
+
+    def scored_outcomes(name: str) -> dict[str, list[int]]:
         return {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
 
     models = Path(base["base"]["paths"]["models"]).resolve()
@@ -202,10 +198,7 @@ def main() -> None:
 
     if args.report_only:  # the table again from what screen.json holds
         names = dict.fromkeys(["sft", *sft_arms, *results])
-        outcomes = {
-            name: {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
-            for name in names
-        }
+        outcomes = {name: scored_outcomes(name) for name in names}
     else:
         outcomes = run_arms()
     kinds = {
@@ -227,13 +220,9 @@ def retrain_sft(run_dir: Path, params: dict, overrides: dict[str, object]) -> di
     if model.is_symlink():  # an earlier rl arm of this name started from the workspace's
         model.unlink()
     path = run_params(params, run_dir, overrides, link=("midtrain", "midtrain"))
-    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "stages/sft.py", "--params", str(path)], env=env, check=True)
+    seconds = run_stage("sft", path, run_dir)
     metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
-    return {"overrides": overrides, "stage_s": round(time.perf_counter() - started, 1)} | {
-        "metrics": metrics
-    }
+    return {"overrides": overrides, "stage_s": round(seconds, 1), "metrics": metrics}
 
 
 def task_shapes(data: Path, split: str, n: int) -> list[str]:

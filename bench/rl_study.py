@@ -96,6 +96,17 @@ def run_params(
     return path
 
 
+def run_stage(stage: str, params: Path, run_dir: Path) -> float:
+    """``stages/<stage>.py`` on ``params``, logging to ``run_dir``'s own MLflow store (a
+    scratch run stays out of the workspace's); its wall seconds."""
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, f"stages/{stage}.py", "--params", str(params)], env=env, check=True
+    )
+    return time.perf_counter() - started
+
+
 def rollout_cell(
     model: Path,
     params: Path,
@@ -181,10 +192,7 @@ def main() -> None:
     if args.midtrain_ablation and "sft_from_base" not in results:
         run_dir = (args.out / "sft_from_base").resolve()
         path = run_params(base, run_dir, common, link=("midtrain", "base"))
-        env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir}/mlflow.db"}
-        subprocess.run(
-            [sys.executable, "stages/sft.py", "--params", str(path)], env=env, check=True
-        )
+        run_stage("sft", path, run_dir)
         results["sft_from_base"] = {
             "eval": evaluate(run_dir / "models/sft", path, splits, args.eval_n)
         }
@@ -196,12 +204,7 @@ def main() -> None:
                 continue
             run_dir = args.out / name
             path = run_params(base, run_dir, {**ARMS[arm], **common, "rl.seed": seed})
-            env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{run_dir.resolve()}/mlflow.db"}
-            started = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "stages/rl.py", "--params", str(path)], env=env, check=True
-            )
-            train_s = time.perf_counter() - started
+            train_s = run_stage("rl", path, run_dir)
             rl_metrics = json.loads((run_dir / "metrics/rl.json").read_text())
             results[name] = {
                 "arm": arm,
