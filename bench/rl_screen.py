@@ -167,6 +167,15 @@ def main() -> None:
             if tuned := {k: v for k, v in overrides.items() if k.startswith("sft.")}:
                 model = run_dir / "models" / "sft"
                 done = sft_arms.get(arm, {}).get("overrides") == tuned
+                twin = next(
+                    (a for a, r in sft_arms.items() if a != arm and r["overrides"] == tuned
+                     and (args.out / a / "models" / "sft").is_dir()),
+                    None,
+                )  # fmt: skip
+                if twin and not done and not model.exists():  # its sft is trained: share it
+                    model.parent.mkdir(parents=True, exist_ok=True)
+                    model.symlink_to((args.out / twin / "models" / "sft").resolve())
+                    sft_arms[arm], done = sft_arms[twin], True
                 if not done or not (scored or model.is_dir()):
                     sft_arms[arm] = retrain_sft(run_dir, base, tuned)
                     results.pop(arm, None)  # an rl arm on top trains again from the new sft
