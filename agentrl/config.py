@@ -393,7 +393,8 @@ class SftSection(TrainSection):
     first-turn format check."""
 
     loss_on: Literal["all", "assistant"] = _default(TrainSection, "loss_on", "assistant")
-    max_steps: int = _default(TrainSection, "max_steps", 80)
+    context: int = _default(TrainSection, "context", 768)
+    max_steps: int = _default(TrainSection, "max_steps", 240)
     lr: float = _default(TrainSection, "lr", 5e-5)
     warmup_steps: int = _default(TrainSection, "warmup_steps", 8)
     log_every: int = _default(TrainSection, "log_every", 10)
