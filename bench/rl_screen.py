@@ -9,7 +9,9 @@ checkpoint paired task by task against sft (and against a reference arm).
     python bench/rl_screen.py --report-only              # screen.md again from screen.json
 
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
-applies to every arm. An arm with ``sft.*`` overrides first retrains sft from the
+applies to every arm. An arm with ``synth.*`` overrides (``synth.splits.rl.difficulty.ops=
+[1,3]``: rl on deeper tasks than sft's) trains rl on its own rl split, synthesised in its
+run directory; every checkpoint is still scored on the workspace's eval splits. An arm with ``sft.*`` overrides first retrains sft from the
 workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``); with nothing else of
 its own it is scored as that sft, otherwise its rl starts there (pivots stay the ones
 profiled on the workspace's sft). Each arm is a real rl stage run (``stages/rl.py``) in its own
@@ -18,7 +20,9 @@ count fills --budget-min of rl loop time (rollouts, update, sync: the per-step t
 MLflow; model loading left out) at the seconds a step took in a 2-step probe run. Arms
 that share the settings a step's time depends on (``PACE_KEYS``) share one probe.
 
-Every checkpoint, sft included, then runs through the harness with the workspace's
+``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
+workspace's ``models/sft``); a run against another sft stops: screen it with another
+--results. Every checkpoint, sft included, then runs through the harness with the workspace's
 params (only the model differs) on the first --eval-n tasks of each split, greedy, and on
 --sampled N tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's
 engine and seed). Grounded success is compared task by task
@@ -26,9 +30,10 @@ engine and seed). Grounded success is compared task by task
 
 Every finished cell (a probe's pace, an arm's training figures and curves, a checkpoint's
 outcomes on a split) goes into ``<results>/screen.json`` at once and a rerun skips it, so
-a screening may span sessions that keep only what is committed; an arm trained but not
-yet evaluated when its run directory is lost trains again; one with some cells scored
-keeps them and leaves the rest empty (drop its cells from screen.json to train it again). The table is
+a screening may span sessions that keep only what is committed. An arm whose run directory
+is lost while some of its views are unscored trains again with the same settings and step
+count and keeps the cells it had (the stages are bitwise reproducible); if its training
+figures come out different, its cells are dropped and scored again. The table is
 ``<results>/screen.md``.
 
 Simplifications, stated: one seed per arm (a screening; the study in ``rl_study.py``
@@ -49,6 +54,7 @@ from rl_study import overrides_of, rollout_cell, run_params, run_stage
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
 from agentrl.stats import paired_difference, wilson
+from agentrl.tracking import content_digest
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
 SOURCES = ("episodes", "pivots")
@@ -82,8 +88,15 @@ def mlflow_steps(run_dir: Path) -> list[dict[str, float]]:
 
 
 def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
-    """One rl stage run: its loop seconds, per-source figures and per-step curves."""
-    path = run_params(params, run_dir, overrides)  # data: the workspace's, pivots included
+    """One rl stage run: its loop seconds, per-source figures and per-step curves. An arm
+    with ``synth.*`` overrides synthesises its own data first and trains rl on its rl split
+    (the other splits come out as the workspace's: a sample is drawn from seed, split and
+    index); otherwise the data is the workspace's, pivots included."""
+    own_data = any(k.startswith("synth.") for k in overrides)
+    data = {"base.paths.data": str(run_dir / "data")} if own_data else {}
+    path = run_params(params, run_dir, overrides | data)
+    if own_data:
+        run_stage("synth", path, run_dir)
     wall = run_stage("rl", path, run_dir)
     steps = mlflow_steps(run_dir)
     loop = sum(s.get(k, 0.0) for s in steps for k in STEP_TIMES)
@@ -136,9 +149,19 @@ def main() -> None:
     saved = json.loads(results_path.read_text()) if results_path.exists() else {}
     paces, results, cells = saved.get("paces", {}), saved.get("arms", {}), saved.get("cells", {})
     sft_arms = saved.get("sft_arms", {})
+    models = Path(base["base"]["paths"]["models"]).resolve()
+    sft = saved.get("sft", {})
+    if not args.report_only:  # every "vs sft" pairs against the sft these cells scored
+        digest = content_digest(models / "sft")[:32]
+        if sft.setdefault("digest", digest) != digest:
+            raise SystemExit(
+                f"{results_path}: sft.digest: {sft['digest']} is not the workspace's "
+                f"models/sft ({digest}): screen it with another --results"
+            )
 
     def save() -> None:
-        tables = {"paces": paces, "arms": results, "sft_arms": sft_arms, "cells": cells}
+        tables = {"sft": sft, "paces": paces, "arms": results, "sft_arms": sft_arms}
+        tables["cells"] = cells
         results_path.write_text(json.dumps(tables, indent=1))
 
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:
@@ -156,15 +179,25 @@ def main() -> None:
     def scored_outcomes(name: str) -> dict[str, list[int]]:
         return {v: cells[f"{name}.{v}"]["grounded"] for v, *_ in views if f"{name}.{v}" in cells}
 
-    models = Path(base["base"]["paths"]["models"]).resolve()
+    def drop_cells(arm: str) -> None:
+        for view, *_ in views:
+            cells.pop(f"{arm}.{view}", None)
 
     def run_arms() -> dict[str, dict[str, list[int]]]:
-        """Train what is missing, score what is unscored: every arm's outcomes by view."""
+        """Train what is missing, score what is unscored: every arm's outcomes by view. A
+        model lost with views still unscored is trained again with the same settings; the
+        stages are bitwise reproducible, so its scored cells stay unless its training
+        figures come out different."""
         outcomes = {"sft": evaluate("sft", models / "sft")}
         for arm, overrides in arms.items():
             run_dir = (args.out / arm).resolve()
-            scored = any(f"{arm}.{view}" in cells for view, *_ in views)
-            if tuned := {k: v for k, v in overrides.items() if k.startswith("sft.")}:
+            unscored = any(f"{arm}.{view}" not in cells for view, *_ in views)
+            tuned = {k: v for k, v in overrides.items() if k.startswith("sft.")}
+            sft_only = bool(tuned) and set(overrides) - set(tuned) <= set(common)
+            trained = arm in results and results[arm]["overrides"] == overrides
+            rl_model = run_dir / "models" / "rl"
+            rl_needed = not sft_only and (not trained or (unscored and not rl_model.is_dir()))
+            if tuned:
                 model = run_dir / "models" / "sft"
                 done = sft_arms.get(arm, {}).get("overrides") == tuned
                 twin = next(
@@ -172,37 +205,45 @@ def main() -> None:
                      and (args.out / a / "models" / "sft").is_dir()),
                     None,
                 )  # fmt: skip
-                if twin and not done and not model.exists():  # its sft is trained: share it
+                if twin and not model.exists():  # its sft is trained: share it
                     model.parent.mkdir(parents=True, exist_ok=True)
                     model.symlink_to((args.out / twin / "models" / "sft").resolve())
                     sft_arms[arm], done = sft_arms[twin], True
-                if not done or not (scored or model.is_dir()):
-                    sft_arms[arm] = retrain_sft(run_dir, base, tuned)
-                    results.pop(arm, None)  # an rl arm on top trains again from the new sft
-                    for view, *_ in views:
-                        cells.pop(f"{arm}.{view}", None)
+                lost = not model.is_dir() and (rl_needed or (sft_only and unscored))
+                if not done or lost:
+                    again = retrain_sft(run_dir, base, tuned)
+                    if not done or again["metrics"] != sft_arms[arm]["metrics"]:
+                        results.pop(arm, None)  # an rl arm on top trains again
+                        trained, rl_needed = False, not sft_only
+                        drop_cells(arm)
+                    sft_arms[arm] = again
                     save()
-                if set(overrides) - set(tuned) <= set(common):  # an sft arm: scored as it is
+                if sft_only:  # an sft arm: scored as it is
                     outcomes[arm] = evaluate(arm, model)
                     continue
-            trained = arm in results and results[arm]["overrides"] == overrides
-            if not trained or not (scored or (run_dir / "models" / "rl").is_dir()):
-                pace = json.dumps({k: overrides.get(k) for k in PACE_KEYS}, sort_keys=True)
-                if pace not in paces:
-                    probe = train(
-                        args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2}
-                    )
-                    paces[pace] = probe["loop_s"] / probe["steps"]
-                    save()
-                steps = max(2, round(args.budget_min * 60 / paces[pace]))
-                print(f"{arm}: {paces[pace]:.1f} s a step: {steps} steps", flush=True)
-                results[arm] = train(run_dir, base, overrides | {"rl.steps": steps}) | {
-                    "overrides": overrides
-                }
-                for view, *_ in views:
-                    cells.pop(f"{arm}.{view}", None)
+            if rl_needed:
+                paced = {k: v for k, v in overrides.items() if k.startswith("synth.")}
+                paced |= {k: overrides.get(k) for k in PACE_KEYS}  # the tasks set a step's time
+                pace = json.dumps(paced, sort_keys=True)
+                if trained:  # the lost model again, at its own step count
+                    steps = results[arm]["steps"]
+                else:
+                    if pace not in paces:
+                        probe = train(
+                            args.out / f"probe-{len(paces)}", base, overrides | {"rl.steps": 2}
+                        )
+                        paces[pace] = probe["loop_s"] / probe["steps"]
+                        save()
+                    steps = max(2, round(args.budget_min * 60 / paces[pace]))
+                print(f"{arm}: {steps} steps", flush=True)
+                again = train(run_dir, base, overrides | {"rl.steps": steps})
+                if not trained or again["curves"] != results[arm]["curves"]:
+                    if trained:
+                        print(f"{arm}: trained again, other curves: its cells are dropped")
+                    drop_cells(arm)
+                results[arm] = again | {"overrides": overrides}
                 save()
-            outcomes[arm] = evaluate(arm, run_dir / "models" / "rl")
+            outcomes[arm] = evaluate(arm, rl_model)
         return outcomes
 
     if args.report_only:  # the table again from what screen.json holds

@@ -7,6 +7,7 @@ RL (params: pivots, harness, rl.grounded_only).
 Samples `pivots.samples` turns from models/sft at every assistant turn of the first
 `pivots.tasks` trajectories of `pivots.split` and writes each candidate's pass rate,
 and whether it is kept, to data/pivots/pivots.jsonl; figures to metrics/pivots.json.
+With rl.rollouts episodes rl draws no pivot: it profiles nothing and says so.
 """
 
 from __future__ import annotations

@@ -141,6 +141,7 @@ def project_params(**train) -> dict:
         "advantage": "grpo",  # present, as in params.yaml: `dvc exp run -S` overrides keys
         "reward": "verifier",
         "grounded_only": True,
+        "rollouts": "episodes",  # a pivots stage param: DVC needs it in params.yaml
         "steps": 2,
         "tasks_per_step": 2,
         "group_size": 2,

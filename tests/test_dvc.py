@@ -101,6 +101,27 @@ def test_bad_params_fail_repro_and_the_cache_restores_outputs(repo: Path) -> Non
     assert content_digest(repo / "data" / "synth") == digest_before
 
 
+def test_pivots_are_profiled_only_when_rl_draws_them(repo: Path) -> None:
+    """rl.rollouts episodes (the default): the pivots stage writes no row and says why;
+    mix: it profiles every candidate that fits the context; back: restored from the cache."""
+    _ok(repo, "dvc", "repro")
+    skipped = json.loads((repo / "metrics" / "pivots.json").read_text())
+    assert skipped["profiled"] == 0 and "rl.rollouts is episodes" in skipped["profiled_because"]
+    assert (repo / "data" / "pivots" / "pivots.jsonl").read_text() == ""
+    good = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(good)
+    params["rl"]["rollouts"] = "mix"
+    write_params(repo / "params.yaml", params)
+    out = _ok(repo, "dvc", "repro", "pivots")
+    assert "Running stage 'pivots'" in out and "Running stage 'sft'" not in out, out
+    profiled = json.loads((repo / "metrics" / "pivots.json").read_text())
+    rows = (repo / "data" / "pivots" / "pivots.jsonl").read_text().splitlines()
+    assert profiled["profiled"] == len(rows) > 0
+    assert profiled["candidates"] == skipped["candidates"]
+    (repo / "params.yaml").write_text(good)
+    assert "Running stage" not in _ok(repo, "dvc", "repro")
+
+
 def test_rl_experiments_rerun_only_rl_and_show_side_by_side(repo: Path) -> None:
     _ok(repo, "dvc", "repro")
     _ok(repo, "git", "add", "-A")

@@ -2,7 +2,10 @@
 candidate state's sampled pass rate -> ``data/pivots/pivots.jsonl`` (one row per candidate:
 pivot id, task, turn index, kind, pass rate, kept) and ``metrics/pivots.json`` (counts,
 kept share, zero-variance share, pass rate by kind). The rl stage draws the kept rows when
-``rl.rollouts`` is pivots or mix (``read_pivots``).
+``rl.rollouts`` is pivots or mix (``read_pivots``). With ``rl.rollouts: episodes`` rl draws
+no pivot, so the stage profiles nothing: it writes an empty pivots.jsonl and metrics saying
+why (profiling is about 20 min of the default DAG on 2 cores). ``rl.rollouts`` is therefore
+one of the stage's params: switching it to pivots or mix profiles.
 
 Sampling is the rl rollouts' (``harness.temperature``, ``harness.max_new_tokens``) from the
 frozen sft weights, seeded by ``base.seed``, so the stage's outputs are the same bytes on a
@@ -86,9 +89,12 @@ def read_pivots(path: Path, records: list[dict[str, Any]], max_pass_rate: float)
                 )
             pool.append(Pivot(by_id[row["task"]], row["index"]))
     if not pool:
-        raise StageError(
-            f"{file}: no pivot has 0 < pass rate <= {max_pass_rate} (see metrics/pivots.json)"
+        why = (
+            "the pivots stage profiled nothing: it ran with rl.rollouts episodes"
+            if not file.stat().st_size
+            else f"no pivot has 0 < pass rate <= {max_pass_rate} (see metrics/pivots.json)"
         )
+        raise StageError(f"{file}: {why}")
     return pool
 
 
@@ -98,6 +104,8 @@ def pivots_stage(params: Params) -> dict[str, Any]:
     fmt = get_format(params.model.format)
     records = pivot_records(params)
     source = Path(paths.models) / "sft"
+    if params.rl.rollouts == "episodes":
+        return unprofiled(params, precision, len(list(candidates(records))))
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
     engine, tokenizer = build_engine(harness_cfg, source, fmt, precision)
     found = list(candidates(records))
@@ -107,6 +115,7 @@ def pivots_stage(params: Params) -> dict[str, Any]:
         "pivots": params.section_dict("pivots"),
         "harness": params.section_dict("harness"),
         "rl.grounded_only": params.rl.grounded_only,
+        "rl.rollouts": params.rl.rollouts,
         "precision": precision,
     }
     inputs = {"model": source, "data": split_dir(Path(paths.data) / "synth", cfg.split)}
@@ -152,6 +161,24 @@ def pivots_stage(params: Params) -> dict[str, Any]:
         f"pivots: {kept} of {len(rows)} candidates kept ({metrics['kept_share']:.0%}), "
         f"{len(found) - len(rows)} too long for the context, {seconds:.0f} s"
     )
+    return metrics
+
+
+def unprofiled(params: Params, precision: str, found: int) -> dict[str, Any]:
+    """The stage's outputs when rl draws no pivots: no row, and metrics that say why."""
+    paths = params.base.paths
+    sections = {"pivots": params.section_dict("pivots"), "rl.rollouts": params.rl.rollouts}
+    inputs = {"data": split_dir(Path(paths.data) / "synth", params.pivots.split)}
+    figures = pivot_figures([], found, params.pivots.samples, precision)
+    metrics = {k: v for k, v in figures.items() if k != "too_long"} | {
+        "profiled_because": "nothing: rl.rollouts is episodes, rl draws no pivot"
+    }  # fits the context was not asked: no model, no tokenizer
+    with stage_run("pivots", params.tracking, sections | {"precision": precision}, inputs) as run:
+        with atomic_dir(Path(paths.data) / "pivots") as tmp:
+            (tmp / PIVOTS_FILE).write_text("", encoding="utf-8")
+            run.record_output(tmp)
+        write_metrics(Path(paths.metrics) / "pivots.json", metrics)
+    print(f"pivots: none profiled ({found} candidates): rl.rollouts is episodes")
     return metrics
 
 
