@@ -11,8 +11,8 @@ checkpoint paired task by task against sft (and against a reference arm).
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
 applies to every arm. An arm with ``synth.*`` overrides (``synth.splits.rl.difficulty.ops=
 [1,3]``: rl on deeper tasks than sft's) trains rl on its own rl split, synthesised in its
-run directory; every checkpoint is still scored on the workspace's eval splits. An arm with ``sft.*`` overrides first retrains sft from the
-workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``); with nothing else of
+run directory; every checkpoint is still scored on the workspace's eval splits. An arm
+with ``sft.*`` overrides first retrains sft from the workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``); with nothing else of
 its own it is scored as that sft, otherwise its rl starts there (pivots stay the ones
 profiled on the workspace's sft). Each arm is a real rl stage run (``stages/rl.py``) in its own
 directory under --out (models, checkpoints, metrics, MLflow store: scratch). Its step
@@ -160,8 +160,7 @@ def main() -> None:
             )
 
     def save() -> None:
-        tables = {"sft": sft, "paces": paces, "arms": results, "sft_arms": sft_arms}
-        tables["cells"] = cells
+        tables = dict(sft=sft, paces=paces, arms=results, sft_arms=sft_arms, cells=cells)
         results_path.write_text(json.dumps(tables, indent=1))
 
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:

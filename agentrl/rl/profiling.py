@@ -35,7 +35,7 @@ from agentrl.harness.loop import Harness
 from agentrl.outputs import write_metrics
 from agentrl.precision import stage_precision
 from agentrl.rl.pivots import Pivot, PivotJudge, candidates, fits, informative, profile, trajectory
-from agentrl.tracking import stage_run
+from agentrl.tracking import StageRun, stage_run
 
 PIVOTS_FILE = "pivots.jsonl"
 
@@ -151,17 +151,26 @@ def pivots_stage(params: Params) -> dict[str, Any]:
             {"profile_s": seconds, "profile_per_candidate_s": seconds / max(1, len(rows))}
         )
         run.log_dict(metrics, "pivots_summary.json")
-        with atomic_dir(Path(paths.data) / "pivots") as tmp:
-            text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-            (tmp / PIVOTS_FILE).write_text(text, encoding="utf-8")
-            run.record_output(tmp)
-        write_metrics(Path(paths.metrics) / "pivots.json", metrics)
+        write_outputs(params, run, rows, metrics)
     kept = metrics["kept"]
     print(
         f"pivots: {kept} of {len(rows)} candidates kept ({metrics['kept_share']:.0%}), "
         f"{len(found) - len(rows)} too long for the context, {seconds:.0f} s"
     )
     return metrics
+
+
+def write_outputs(
+    params: Params, run: StageRun, rows: list[dict[str, Any]], metrics: dict[str, Any]
+) -> None:
+    """data/pivots/pivots.jsonl (one row per profiled candidate; empty when none was) and
+    metrics/pivots.json; the output's lineage goes to ``run``."""
+    paths = params.base.paths
+    with atomic_dir(Path(paths.data) / "pivots") as tmp:
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        (tmp / PIVOTS_FILE).write_text(text, encoding="utf-8")
+        run.record_output(tmp)
+    write_metrics(Path(paths.metrics) / "pivots.json", metrics)
 
 
 def unprofiled(params: Params, precision: str, found: int) -> dict[str, Any]:
@@ -174,10 +183,7 @@ def unprofiled(params: Params, precision: str, found: int) -> dict[str, Any]:
         "profiled_because": "nothing: rl.rollouts is episodes, rl draws no pivot"
     }  # fits the context was not asked: no model, no tokenizer
     with stage_run("pivots", params.tracking, sections | {"precision": precision}, inputs) as run:
-        with atomic_dir(Path(paths.data) / "pivots") as tmp:
-            (tmp / PIVOTS_FILE).write_text("", encoding="utf-8")
-            run.record_output(tmp)
-        write_metrics(Path(paths.metrics) / "pivots.json", metrics)
+        write_outputs(params, run, [], metrics)
     print(f"pivots: none profiled ({found} candidates): rl.rollouts is episodes")
     return metrics
 
