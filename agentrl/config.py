@@ -486,7 +486,7 @@ class RLSection(Strict):
         description="Seed of the task order, sampling and random rewards, added to base.seed: "
         "repeat a run over seeds (`-S rl.seed=1`) without re-synthesising the data.",
     )
-    steps: int = Field(8, ge=1, description="RL steps (rollout + update) from models/sft.")
+    steps: int = Field(22, ge=1, description="RL steps (rollout + update) from models/sft.")
     tasks_per_step: int = Field(
         4,
         ge=1,
@@ -510,7 +510,7 @@ class RLSection(Strict):
         "per rank).",
     )
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "rft"] = Field(
-        "grpo",
+        "gigpo",
         description="grpo: (R - mean)/std per group (DeepSeekMath); dr_grpo: R - mean "
         "(Dr.GRPO); rloo: leave-one-out baseline; reinforce_pp_baseline: R - mean, then "
         "batch whitening (REINFORCE++); gigpo: grpo plus omega x a step advantage within "
@@ -565,7 +565,7 @@ class RLSection(Strict):
             "one-step run held 14 GB resident at 8 sequences, 4.4 GB at 2, at no loss of tokens/s)."
         ),
     )
-    lr: float = Field(5e-6, gt=0, description="Peak AdamW learning rate of the policy.")
+    lr: float = Field(2e-5, gt=0, description="Peak AdamW learning rate of the policy.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Gradient-norm clip.")
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below: 1 - clip_low.")

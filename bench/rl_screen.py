@@ -10,15 +10,20 @@ checkpoint paired task by task against sft (and against a reference arm).
 
 An arm is a NAME and KEY=VALUE overrides of params.yaml (values read as YAML); ``--set``
 applies to every arm. An arm with ``synth.*`` overrides (``synth.splits.rl.difficulty.ops=
-[1,3]``: rl on deeper tasks than sft's) trains rl on its own rl split, synthesised in its
-run directory; every checkpoint is still scored on the workspace's eval splits. An arm
-with ``sft.*`` overrides first retrains sft from the workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``); with nothing else of
-its own it is scored as that sft, otherwise its rl starts there (pivots stay the ones
-profiled on the workspace's sft). Each arm is a real rl stage run (``stages/rl.py``) in its own
-directory under --out (models, checkpoints, metrics, MLflow store: scratch). Its step
-count fills --budget-min of rl loop time (rollouts, update, sync: the per-step times in
-MLflow; model loading left out) at the seconds a step took in a 2-step probe run. Arms
-that share the settings a step's time depends on (``PACE_KEYS``) share one probe.
+[1,3]``: rl on deeper tasks than sft's) trains rl on its own rl split; an arm that draws
+pivots (``rl.rollouts=pivots`` or ``mix``) profiles them first (the pivots stage, ~20 min,
+reported as profile min, not rl loop time) on the sft it starts from. Arms whose data would
+come out the same share it (``data-<digest>`` under --out); every checkpoint is still
+scored on the workspace's eval splits. An arm with ``sft.*`` overrides first retrains sft
+from the workspace's ``models/midtrain`` (``--arm sft240 sft.max_steps=240``; with
+``synth.splits.sft.*`` overrides, on its own sft split); with nothing else of its own it is
+scored as that sft, otherwise its rl starts there.
+
+Each arm is a real rl stage run (``stages/rl.py``) in its own directory under --out
+(models, checkpoints, metrics, MLflow store: scratch). Its step count fills --budget-min
+of rl loop time (rollouts, update, sync: the per-step times in MLflow; model loading left
+out) at the seconds a step took in a 2-step probe run. Arms that share the settings a
+step's time depends on (``PACE_KEYS``) share one probe.
 
 ``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
 workspace's ``models/sft``); a run against another sft stops: screen it with another
@@ -44,6 +49,7 @@ enforced inside the stage, so an arm can end up to one step short of or over it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 from statistics import fmean
@@ -64,6 +70,10 @@ PACE_KEYS = (
     "rl.lora.r", "rl.track_drift", "rl.max_resample", "rl.dynamic_sampling",
     "harness.temperature", "harness.max_turns", "harness.max_new_tokens",
 )  # fmt: skip
+# the overrides that change the sft an arm starts from: its params, or its training data
+SFT_KEYS = ("sft.", "synth.splits.sft.")
+# the overrides that change the bytes of an arm's data: synth's, and a pivot profile's
+DATA_KEYS = ("synth.", "sft.", "pivots.", "harness.", "rl.grounded_only")
 CURVES = ("grounded_success", "reward_mean", "entropy", "kl_to_start", "logprob_change")
 DEFAULT_ARMS = [["episodes"], ["pivots", "rl.rollouts=pivots"], ["mix", "rl.rollouts=mix"]]
 
@@ -87,20 +97,54 @@ def mlflow_steps(run_dir: Path) -> list[dict[str, float]]:
     return [steps[s] for s in sorted(steps)]
 
 
+def draws_pivots(params: dict, overrides: dict[str, object]) -> bool:
+    """Whether rl under ``overrides`` draws pivot states (rl.rollouts pivots or mix)."""
+    return overrides.get("rl.rollouts", params["rl"]["rollouts"]) != "episodes"
+
+
+def data_of(out: Path, params: dict, overrides: dict[str, object]) -> Path | None:
+    """The data directory an arm trains on, shared by the arms that would write the same
+    bytes there: ``synth.*`` overrides synthesise their own rl split (the other splits come
+    out as the workspace's: a sample is drawn from seed, split and index), and an arm that
+    draws pivots profiles them on the sft it starts from (the workspace's default profiles
+    nothing), with its ``sft.*``, ``pivots.*``, ``harness.*`` and rl.grounded_only.
+    None: the workspace's data."""
+    shaping = {k: v for k, v in overrides.items() if k.startswith(DATA_KEYS[:1])}
+    if draws_pivots(params, overrides):
+        shaping |= {k: v for k, v in overrides.items() if k.startswith(DATA_KEYS)}
+    elif not shaping:
+        return None
+    key = json.dumps(shaping | {"pivots": draws_pivots(params, overrides)}, sort_keys=True)
+    return (out / f"data-{hashlib.sha256(key.encode()).hexdigest()[:10]}").resolve()
+
+
+def prepare_data(data: Path, params_path: Path, run_dir: Path) -> dict:
+    """The synth stage into ``data`` and, when the arm draws pivots, the pivots stage on it
+    (~20 min on 2 cores): each once, their seconds in ``data/prepared.json``."""
+    data.mkdir(parents=True, exist_ok=True)
+    done = data / "prepared.json"
+    prepared = json.loads(done.read_text()) if done.exists() else {}
+    params = yaml.safe_load(params_path.read_text())
+    stages = ["synth"] + (["pivots"] if params["rl"]["rollouts"] != "episodes" else [])
+    for stage in stages:
+        if f"{stage}_s" not in prepared:
+            prepared[f"{stage}_s"] = round(run_stage(stage, params_path, run_dir), 1)
+            done.write_text(json.dumps(prepared, indent=1))
+    return prepared
+
+
 def train(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
     """One rl stage run: its loop seconds, per-source figures and per-step curves. An arm
-    with ``synth.*`` overrides synthesises its own data first and trains rl on its rl split
-    (the other splits come out as the workspace's: a sample is drawn from seed, split and
-    index); otherwise the data is the workspace's, pivots included."""
-    own_data = any(k.startswith("synth.") for k in overrides)
-    data = {"base.paths.data": str(run_dir / "data")} if own_data else {}
-    path = run_params(params, run_dir, overrides | data)
-    if own_data:
-        run_stage("synth", path, run_dir)
+    with ``synth.*`` overrides, or one that draws pivots, trains on data of its own
+    (``data_of``); otherwise on the workspace's."""
+    data = data_of(run_dir.parent, params, overrides)
+    path = run_params(params, run_dir, overrides | ({"base.paths.data": str(data)} if data else {}))
+    prepared = prepare_data(data, path, run_dir) if data else {}
     wall = run_stage("rl", path, run_dir)
     steps = mlflow_steps(run_dir)
     loop = sum(s.get(k, 0.0) for s in steps for k in STEP_TIMES)
     out: dict = {"steps": len(steps), "stage_s": round(wall, 1), "loop_s": round(loop, 1)}
+    out |= {"profile_s": prepared["pivots_s"]} if "pivots_s" in prepared else {}
     for source in SOURCES:
         drawn = sum(s.get(f"{source}_groups_drawn", 0.0) for s in steps)
         if not drawn:
@@ -191,7 +235,7 @@ def main() -> None:
         for arm, overrides in arms.items():
             run_dir = (args.out / arm).resolve()
             unscored = any(f"{arm}.{view}" not in cells for view, *_ in views)
-            tuned = {k: v for k, v in overrides.items() if k.startswith("sft.")}
+            tuned = {k: v for k, v in overrides.items() if k.startswith(SFT_KEYS)}
             sft_only = bool(tuned) and set(overrides) - set(tuned) <= set(common)
             trained = arm in results and results[arm]["overrides"] == overrides
             rl_model = run_dir / "models" / "rl"
@@ -263,12 +307,17 @@ def main() -> None:
 
 
 def retrain_sft(run_dir: Path, params: dict, overrides: dict[str, object]) -> dict:
-    """An sft stage run from the workspace's ``models/midtrain`` with ``overrides`` (sft.*):
-    its seconds and metrics; the model is ``run_dir/models/sft``."""
+    """An sft stage run from the workspace's ``models/midtrain`` with ``overrides`` (sft.*,
+    and synth.splits.sft.*: the sft split synthesised in the arm's data): its seconds and
+    metrics; the model is ``run_dir/models/sft``."""
     model = run_dir / "models" / "sft"
     if model.is_symlink():  # an earlier rl arm of this name started from the workspace's
         model.unlink()
-    path = run_params(params, run_dir, overrides, link=("midtrain", "midtrain"))
+    data = data_of(run_dir.parent, params, overrides)
+    own = {"base.paths.data": str(data)} if data else {}
+    path = run_params(params, run_dir, overrides | own, link=("midtrain", "midtrain"))
+    if data:
+        prepare_data(data, path, run_dir)
     seconds = run_stage("sft", path, run_dir)
     metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
     return {"overrides": overrides, "stage_s": round(seconds, 1), "metrics": metrics}
@@ -299,17 +348,18 @@ def report(
     path: Path,
 ) -> None:
     lines = [
-        "| arm | overrides | steps | loop min | source | groups kept/drawn | zero-variance "
-        "| s per kept group |",
-        "|---" * 8 + "|",
+        "| arm | overrides | steps | loop min | profile min | source | groups kept/drawn "
+        "| zero-variance | s per kept group |",
+        "|---" * 9 + "|",
     ]
     for arm, r in results.items():
         shown = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "(params.yaml)"
+        profile = f"{r['profile_s'] / 60:.1f}" if "profile_s" in r else "–"
         for source in SOURCES:
             if source in r:
                 s = r[source]
                 lines.append(
-                    f"| {arm} | {shown} | {r['steps']} | {r['loop_s'] / 60:.1f} | {source} | "
+                    f"| {arm} | {shown} | {r['steps']} | {r['loop_s'] / 60:.1f} | {profile} | {source} | "
                     f"{s['groups_kept']:.0f}/{s['groups_drawn']:.0f} | "
                     f"{s['zero_variance_share']:.0%} | {s['seconds_per_kept_group']:.1f} |"
                 )
