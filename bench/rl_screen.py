@@ -125,7 +125,7 @@ def prepare_data(data: Path, params_path: Path, run_dir: Path) -> dict:
     done = data / "prepared.json"
     prepared = json.loads(done.read_text()) if done.exists() else {}
     params = yaml.safe_load(params_path.read_text())
-    stages = ["synth"] + (["pivots"] if params["rl"]["rollouts"] != "episodes" else [])
+    stages = ["synth"] + (["pivots"] if draws_pivots(params, {}) else [])
     for stage in stages:
         if f"{stage}_s" not in prepared:
             prepared[f"{stage}_s"] = round(run_stage(stage, params_path, run_dir), 1)
