@@ -396,7 +396,7 @@ def test_collect_scales_advantages_over_the_steps_groups(dataset: Path) -> None:
     for scale in ("group", "batch"):
         cfg = RLSection(
             tasks_per_step=4, group_size=8, grounded_only=False, dynamic_sampling=False,
-            overlong="keep", scale=scale,
+            overlong="keep", scale=scale, advantage="grpo",
         )  # fmt: skip
         trainer = RLTrainer(
             cfg, harness_cfg, copy.deepcopy(model), tokenizer, fmt, Registry(), 0, "s", "fp32"
