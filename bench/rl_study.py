@@ -1,9 +1,15 @@
 """The learning study: does RL beat its sft start, and a random-reward control?
 
-    python bench/rl_study.py                                   # grpo and random, seeds 0 1 2
-    python bench/rl_study.py --arms grpo,gigpo,random --seeds 0,1,2 --eval-n 300
-    python bench/rl_study.py --set rl.steps=24 --out runs/rl_study_long
-    python bench/rl_study.py --arms none --midtrain-ablation   # sft from base vs midtrain
+    python bench/rl_study.py --midtrain-ablation               # gigpo, grpo, random; seeds 0 1 2
+    python bench/rl_study.py --arms gigpo,random --seeds 0 --eval-n 300
+    python bench/rl_study.py --set rl.steps=44 --results reports/rl_study_long --out runs/rl_study_long
+    python bench/rl_study.py --arms none --midtrain-ablation   # sft from base vs midtrain only
+
+Runs go seed by seed (every arm at seed 0, then seed 1, ...), so a study cut short still
+pairs each arm with its control. A run whose params equal the workspace's (an arm and seed
+that params.yaml already names) adopts ``models/rl`` of the DAG when ``dvc status rl`` says
+it is up to date, rather than training the same weights again. The random-reward control
+changes only the reward: it keeps the recipe's advantage estimator and every other knob.
 
 Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
 params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
@@ -13,10 +19,13 @@ summary restart) on the evaluation splits (worlds never seen in training), and s
 **grounded** success: the verifier's verdict and an
 answer read off a tool observation of that episode. Rates get Wilson 95% intervals per run
 and mean ± std over seeds per arm. Every run sees the same tasks, so differences are paired
-(``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, and each
-arm against the random-reward control, pairing seed with seed and task with task (the
+(``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, each arm
+pooled over its seeds against sft, against the random-reward control and (gigpo) against
+grpo, pairing seed with seed and task with task (the
 simplification, stated: the (task, seed) pairs of an arm are treated as independent,
-though a task recurs once per seed). Writes ``<out>/study.json`` and ``<out>/study.md``.
+though a task recurs once per seed). The midtrain ablation (sft straight from
+``models/base``) is scored on the two splits mid-training is meant to move. Writes
+``<results>/study.json`` and ``<results>/study.md``; runs stay in ``--out``.
 """
 
 from __future__ import annotations
@@ -35,18 +44,21 @@ import yaml
 from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
-from agentrl.eval.failures import failure_kind
+from agentrl.eval.failures import FAILURES, breakdown, failure_kind
 from agentrl.stats import over_seeds, paired_difference, wilson
 
 ARMS = {
     "grpo": {"rl.advantage": "grpo", "rl.reward": "verifier"},
     "gigpo": {"rl.advantage": "gigpo", "rl.reward": "verifier"},
     "rloo": {"rl.advantage": "rloo", "rl.reward": "verifier"},
-    "random": {"rl.advantage": "grpo", "rl.reward": "random"},
+    "random": {"rl.reward": "random"},  # the recipe's estimator: only the reward differs
 }
 SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
 # long_horizon tasks outgrow the context: they run with the model-written summary restart
 SPLIT_CONTEXT = {"long_horizon": "summary"}
+ABLATION_SPLITS = ("heldout_tools", "heldout_compose")
+# arm pairs reported besides each arm against sft and against the random control
+HEAD_TO_HEAD = (("gigpo", "grpo"),)
 
 
 def set_key(tree: dict, dotted: str, value: object) -> None:
@@ -107,6 +119,25 @@ def run_stage(stage: str, params: Path, run_dir: Path) -> float:
     return time.perf_counter() - started
 
 
+def workspace_rl(run_params_path: Path, workspace_params: Path) -> Path | None:
+    """The workspace's ``models/rl`` when it is this run's model: every param but the paths
+    equal and the DAG's rl stage up to date (so it was trained from this ``models/sft`` on
+    these data), else None."""
+
+    def without_paths(path: Path) -> dict:
+        tree = yaml.safe_load(path.read_text())
+        tree["base"].pop("paths", None)
+        return tree
+
+    if without_paths(run_params_path) != without_paths(workspace_params):
+        return None
+    status = subprocess.run(["dvc", "status", "rl", "--json"], capture_output=True, text=True)
+    if status.returncode or json.loads(status.stdout or "{}"):
+        return None
+    model = Path(load_params(workspace_params).base.paths.models) / "rl"
+    return model.resolve() if (model / "config.json").exists() else None
+
+
 def rollout_cell(
     model: Path,
     params: Path,
@@ -157,12 +188,15 @@ def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--arms", default="grpo,random")
+    parser.add_argument("--arms", default="gigpo,grpo,random")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--eval-n", type=int, default=200, help="tasks per split (1 episode each)")
     parser.add_argument("--splits", default=",".join(SPLITS))
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for every arm")
-    parser.add_argument("--out", type=Path, default=Path("runs/rl_study"))
+    parser.add_argument("--out", type=Path, default=Path("runs/rl_study"), help="run dirs")
+    parser.add_argument(
+        "--results", type=Path, default=Path("reports/rl_study"), help="study.json, study.md"
+    )
     parser.add_argument(
         "--midtrain-ablation",
         action="store_true",
@@ -171,15 +205,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     base = yaml.safe_load(Path(args.params).read_text())
+    workspace_metrics = Path(base["base"]["paths"]["metrics"])
     common = overrides_of(args.set)
     splits = tuple(args.splits.split(","))
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    results_path = args.out / "study.json"
+    args.results.mkdir(parents=True, exist_ok=True)
+    results_path = args.results / "study.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
 
     def save() -> None:
         results_path.write_text(json.dumps(results, indent=1))
+        report(results, splits, args.results / "study.md")
 
     sft_params = run_params(base, args.out / "sft", common)
     if "sft" not in results:
@@ -192,71 +229,99 @@ def main() -> None:
     if args.midtrain_ablation and "sft_from_base" not in results:
         run_dir = (args.out / "sft_from_base").resolve()
         path = run_params(base, run_dir, common, link=("midtrain", "base"))
-        run_stage("sft", path, run_dir)
+        train_s = run_stage("sft", path, run_dir)
+        ablation_splits = tuple(s for s in ABLATION_SPLITS if s in splits)
         results["sft_from_base"] = {
-            "eval": evaluate(run_dir / "models/sft", path, splits, args.eval_n)
+            "train_s": round(train_s, 1),
+            "eval": evaluate(run_dir / "models/sft", path, ablation_splits, args.eval_n),
         }
         save()
-    for arm in [a for a in args.arms.split(",") if a != "none"]:
-        for seed in seeds:
+    arms = [a for a in args.arms.split(",") if a != "none"]
+    for seed in seeds:
+        for arm in arms:
             name = f"{arm}-s{seed}"
             if name in results:
                 continue
             run_dir = args.out / name
             path = run_params(base, run_dir, {**ARMS[arm], **common, "rl.seed": seed})
-            train_s = run_stage("rl", path, run_dir)
-            rl_metrics = json.loads((run_dir / "metrics/rl.json").read_text())
+            adopted = workspace_rl(path, Path(args.params))
+            if adopted is None:
+                train_s = round(run_stage("rl", path, run_dir), 1)
+                rl_metrics = json.loads((run_dir / "metrics/rl.json").read_text())
+                model = run_dir / "models/rl"
+            else:  # the DAG's rl stage trained exactly this run
+                train_s = None
+                rl_metrics = json.loads((workspace_metrics / "rl.json").read_text())
+                model = adopted
+                print(f"{name}: the workspace's models/rl is this run: adopted", flush=True)
             results[name] = {
                 "arm": arm,
                 "seed": seed,
-                "train_s": round(train_s, 1),
+                "train_s": train_s,
+                "adopted": adopted is not None,
                 "rl": rl_metrics["mean"],
-                "eval": evaluate(run_dir / "models/rl", path, splits, args.eval_n),
+                "eval": evaluate(model, path, splits, args.eval_n),
             }
-            print(f"{name}: trained {train_s:.0f} s, {results[name]['eval']}", flush=True)
+            print(f"{name}: trained {train_s} s, {results[name]['eval']}", flush=True)
             save()
-    report(results, splits, args.out / "study.md")
+    save()
 
 
-def versus(runs: list[dict], controls: list[dict], split: str) -> str:
+def pooled(runs: list[dict], controls: list[dict], split: str) -> str:
     """``runs`` minus ``controls`` on ``split``, paired run by run (seed with seed) and task
-    by task; '–' where a run predates per-task outcomes."""
+    by task; '–' where a run lacks the split or predates per-task outcomes."""
     before, after = [], []
     for run, control in zip(runs, controls, strict=True):
-        mine, theirs = run["eval"][split].get("outcomes"), control["eval"][split].get("outcomes")
+        mine = run["eval"].get(split, {}).get("outcomes")
+        theirs = control["eval"].get(split, {}).get("outcomes")
         if mine is None or theirs is None or len(mine) != len(theirs):
             return "–"
         before += [bool(x) for x in theirs]
         after += [bool(x) for x in mine]
-    return str(paired_difference(before, after))
+    return str(paired_difference(before, after)) if after else "–"
 
 
 def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
-    lines = ["| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)" for s in splits)
-             + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
+    """Three tables: every run against sft; every arm over its seeds against sft, the
+    random control and its head-to-head rival; the first fault of failed episodes."""
+    sft = results["sft"]
+    lines = ["## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
+             for s in splits) + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
         cells = []
         for s in splits:
-            cells.append(str(wilson(result["eval"][s]["grounded"], result["eval"][s]["n"])))
-            cells.append(versus([result], [results["sft"]], s) if name != "sft" else "")
+            cell = result["eval"].get(s)
+            cells.append(str(wilson(cell["grounded"], cell["n"])) if cell else "–")
+            cells.append(pooled([result], [sft], s) if name != "sft" and cell else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "| arm | seeds | " + " | ".join(f"{s} (mean ± std) | vs random (paired)"
-                                                  for s in splits) + " |"]  # fmt: skip
-    lines.append("|---" * (2 * len(splits) + 2) + "|")
-    arms = sorted({r["arm"] for r in results.values() if "arm" in r})
-    for arm in arms:
-        runs = sorted((r for r in results.values() if r.get("arm") == arm), key=lambda r: r["seed"])
-        control = {r["seed"]: r for r in results.values() if r.get("arm") == "random"}
-        paired_runs = [r for r in runs if r["seed"] in control]
-        cells = []
-        for s in splits:
-            rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
-            cells.append(str(over_seeds(rates)))
-            cells.append(
-                versus(paired_runs, [control[r["seed"]] for r in paired_runs], s)
-                if arm != "random" and paired_runs else ""
-            )  # fmt: skip
-        lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
+    by_arm: dict[str, dict[int, dict]] = {}
+    for result in results.values():
+        if "arm" in result:
+            by_arm.setdefault(result["arm"], {})[result["seed"]] = result
+    rivals = {arm: ["sft", "random"] for arm in by_arm}
+    for arm, rival in HEAD_TO_HEAD:
+        rivals.get(arm, []).append(rival)
+    lines += ["", "## Arms over seeds (paired: the rival's run at the same seed, task by task)",
+              "", "| arm | seeds | rival | " + " | ".join(
+                  f"{s} arm (mean ± std) | arm - rival" for s in splits) + " |",
+              "|---" * (2 * len(splits) + 3) + "|"]  # fmt: skip
+    for arm, runs_by_seed in sorted(by_arm.items()):
+        for rival in rivals[arm]:
+            if rival == arm or (rival != "sft" and rival not in by_arm):
+                continue
+            seeds = sorted(s for s in runs_by_seed if rival == "sft" or s in by_arm[rival])
+            runs = [runs_by_seed[s] for s in seeds]
+            controls = [sft if rival == "sft" else by_arm[rival][s] for s in seeds]
+            cells = []
+            for s in splits:
+                rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
+                cells += [str(over_seeds(rates)) if rates else "–", pooled(runs, controls, s)]
+            lines.append(f"| {arm} | {len(runs)} | {rival} | " + " | ".join(cells) + " |")
+    lines += ["", "## Episodes by first fault (all splits)", "",
+              "| run | " + " | ".join(FAILURES) + " |", "|---" * (len(FAILURES) + 1) + "|"]  # fmt: skip
+    for name, result in results.items():
+        counts = breakdown([k for cell in result["eval"].values() for k in cell["failures"]])
+        lines.append(f"| {name} | " + " | ".join(str(counts[f]) for f in FAILURES) + " |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     print(text)
