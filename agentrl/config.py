@@ -509,6 +509,17 @@ class RLSection(Strict):
         description="rollouts mix: the share of a step's groups drawn from pivots (rounded "
         "per rank).",
     )
+    anchor_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="rollouts pivots or mix: the share of a step's pivot groups drawn from "
+        "the profile's answer states that profiling did not keep (anchors), never retired. "
+        "When sft answers on time the filter keeps call states only; one-turn RL then "
+        "punishes early answers and never rewards answering, and full episodes drift to "
+        "calling until the turns run out. An anchor's group passes whole, and is dropped "
+        "like any group without signal, until the policy starts calling there.",
+    )
     advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "rft"] = Field(
         "gigpo",
         description="grpo: (R - mean)/std per group (DeepSeekMath); dr_grpo: R - mean "

@@ -59,14 +59,14 @@ from rl_study import overrides_of, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
+from agentrl.rl.sources import SOURCES
 from agentrl.stats import paired_difference, wilson
 from agentrl.tracking import content_digest
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
-SOURCES = ("episodes", "pivots")
 # the settings a step's seconds depend on: arms equal in these share a probe
-PACE_KEYS = (
-    "rl.rollouts", "rl.pivot_share", "rl.tasks_per_step", "rl.group_size", "rl.epochs",
+PACE_KEYS = (  # with the synth.* overrides: the tasks set a step's time
+    "rl.rollouts", "rl.pivot_share", "rl.anchor_share", "rl.tasks_per_step", "rl.group_size", "rl.epochs",
     "rl.lora.r", "rl.track_drift", "rl.max_resample", "rl.dynamic_sampling",
     "harness.temperature", "harness.max_turns", "harness.max_new_tokens",
 )  # fmt: skip
@@ -266,7 +266,7 @@ def main() -> None:
                     continue
             if rl_needed:
                 paced = {k: v for k, v in overrides.items() if k.startswith("synth.")}
-                paced |= {k: overrides.get(k) for k in PACE_KEYS}  # the tasks set a step's time
+                paced |= {k: overrides[k] for k in PACE_KEYS if k in overrides}
                 pace = json.dumps(paced, sort_keys=True)
                 if trained:  # the lost model again, at its own step count
                     steps = results[arm]["steps"]

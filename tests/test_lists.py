@@ -37,7 +37,9 @@ def test_advantage_estimators_and_scales_are_the_rl_choices() -> None:
 
 def test_rollout_sources_are_the_rl_choices_and_name_every_source() -> None:
     assert get_args(RLSection.model_fields["rollouts"].annotation) == tuple(SOURCE_MIXES)
-    named = {source for mix in SOURCE_MIXES for source in group_counts(mix, 4, 0.5)}
+    named = {
+        source for mix in SOURCE_MIXES for source in group_counts(mix, 4, 0.5, anchor_share=0.5)
+    }
     assert named == set(SOURCES)
 
 

@@ -23,8 +23,9 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.rl.batch import to_sequences
 from agentrl.rl.pivots import Pivot, PivotJudge, PivotRollouts, candidates
-from agentrl.rl.profiling import PIVOTS_FILE, pivot_records, read_pivots
+from agentrl.rl.profiling import PIVOTS_FILE, pivot_records, read_anchors, read_pivots
 from agentrl.rl.rollouts import EpisodeRollouts, StepRollouts, rollout_figures
+from agentrl.rl.sources import build_rollouts
 from agentrl.rl.turn_reward import judge_turn
 from agentrl.synth.sampler import Sampler
 from agentrl.tools.sandboxes import SandboxSpec
@@ -214,12 +215,44 @@ def test_pivot_groups_are_drawn_scored_retired_and_resumed_inside_a_mixed_step(
     harness.close()
 
 
+def test_anchor_groups_are_drawn_as_their_own_source_and_never_retired(
+    dataset: Path, registry: Registry
+) -> None:
+    """rl.anchor_share: answer states drawn beside the kept pivots; a flat anchor group is
+    dropped like any group without signal but stays in view for later steps."""
+    model, tokenizer = digit_model(dataset, TINY_MODEL)
+    records = [rl_record(registry, "calculator", i) for i in range(4)]
+    states = list(candidates(records))
+    calls = [p for p in states if p.kind == "call"]
+    answers = [p for p in states if p.kind == "answer"]
+    cfg = RLSection(
+        tasks_per_step=2, group_size=2, rollouts="pivots", anchor_share=0.5, grounded_only=False,
+        max_resample=1,
+    )  # fmt: skip
+    harness_cfg = HarnessSection(max_turns=1, max_new_tokens=8, context_limit=1024)
+    harness = Harness(HFEngine(model, tokenizer), tokenizer, FMT, registry, harness_cfg)
+    judge = PivotJudge(registry, FMT, harness.sandbox)
+    rollouts = build_rollouts(cfg, harness, 7, random.Random(3), 0, 1, calls, judge, answers)
+    data = rollouts.collect(records, step=0)
+    sources = {source.name: source for source, _ in rollouts.parts}
+    assert set(sources) == set(data.sources) == {"pivots", "anchors"}
+    assert rollout_figures(data)["anchors_groups_drawn"] == data.sources["anchors"].drawn >= 1
+    anchor_ids = {p.id for p in answers}
+    drawn = [e.task_id for e in data.drawn_episodes]
+    assert sum(t in anchor_ids for t in drawn) == data.sources["anchors"].drawn * cfg.group_size
+    # a random tiny model passes no turn: every group is flat
+    assert data.groups == 0 and len(sources["pivots"].retired) == data.sources["pivots"].drawn
+    assert sources["anchors"].retired == set()
+    harness.close()
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"pivots": {"split": "test"}}, "pivots.split: Input should be 'midtrain', 'sft' or 'rl'"),
         ({"pivots": {"max_pass_rate": 0.0}}, "pivots.max_pass_rate: Input should be greater than 0"),
         ({"rl": {"pivot_share": 1.5}}, "rl.pivot_share: Input should be less than or equal to 1"),
+        ({"rl": {"anchor_share": -0.5}}, "rl.anchor_share: Input should be greater than or equal to 0"),
         ({"pivots": {"split": "midtrain"}, "synth": {"splits": {"midtrain": {"n": 0}}}}, "pivots.split: 'midtrain' has no trajectories"),
     ],
 )  # fmt: skip
@@ -284,3 +317,9 @@ def test_the_rl_stage_selects_pivots_by_pass_rate_at_its_own_threshold(tmp_path:
     assert [p.index for p in read_pivots(tmp_path, records, 1.0)] == [1, 3]
     with pytest.raises(StageError, match=r"no pivot has 0 < pass rate <= 0.25"):
         read_pivots(tmp_path, records, 0.25)
+    # anchors: the answer states the threshold leaves out, whatever their pass rate
+    assert [p.id for p in read_anchors(tmp_path, records, 0.75)] == ["t0@3", "t1@3"]
+    assert [p.id for p in read_anchors(tmp_path, records, 1.0)] == ["t1@3"]
+    (tmp_path / PIVOTS_FILE).write_text(json.dumps(rows[0] | {"kept": True}) + "\n")
+    with pytest.raises(StageError, match=r"no answer state outside the kept pivots"):
+        read_anchors(tmp_path, records, 0.75)

@@ -20,7 +20,8 @@ Measured caveat: on the oracle's trajectories the answer turns are easy for sft 
 1-3 hop rl split, 124 of 128 answer states passed 8 of 8 samples, none was kept), so the
 filter keeps call states only. Pivot rl then punishes answering early and never rewards
 answering on time, and full episodes drift to calling until the turns run out; a KL to the
-start (``rl.kl_coef``) or a mix with full episodes (``rl.rollouts: mix``) are the guards
+start (``rl.kl_coef``), a mix with full episodes (``rl.rollouts: mix``) and answer states
+drawn whatever their pass rate (``rl.anchor_share``: the ``anchors`` source) are the guards
 that could anchor that decision (the KL at 0.1 held the log-probs but still lost 4
 heldout_compose points to sft: not enough).
 """
@@ -148,10 +149,10 @@ def informative(pass_rate: float, max_pass_rate: float) -> bool:
 
 
 class PivotRollouts:
-    """``group_size`` one-turn rollouts at each of a step's pivots, drawn from the kept
-    pool in a seeded shuffle; a pivot whose group came out all equal is retired."""
-
-    name = "pivots"
+    """``group_size`` one-turn rollouts at each of a step's pivots, drawn from ``pool`` in
+    a seeded shuffle; a pivot whose group came out all equal is retired, except under
+    ``retire=False`` (the ``anchors`` source: answer states kept in view whatever their
+    pass rate)."""
 
     def __init__(
         self,
@@ -163,11 +164,14 @@ class PivotRollouts:
         rng: random.Random,
         rank: int = 0,
         world: int = 1,
+        name: str = "pivots",
+        retire: bool = True,
     ):
         if not pool:
-            raise ValueError("no pivots to draw from")
+            raise ValueError(f"no {name} to draw from")
         self.cfg, self.harness, self.judge, self.pool = cfg, harness, judge, pool
         self.seed, self.rng, self.rank, self.world = seed, rng, rank, world
+        self.name, self.retire = name, retire
         self.draws = ShuffledDraw(seed + 1, rank, world)
         self.retired: set[str] = set()
 
@@ -187,7 +191,7 @@ class PivotRollouts:
             self.judge(episodes, [p for p in pivots for _ in range(size)])
             rewards = outcome_rewards(episodes, self.cfg, self.rng)
             for g, pivot in enumerate(pivots):
-                if len(set(rewards[g * size : (g + 1) * size])) == 1:
+                if self.retire and len(set(rewards[g * size : (g + 1) * size])) == 1:
                     self.retired.add(pivot.id)
             return episodes, rewards
 

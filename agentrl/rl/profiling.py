@@ -71,31 +71,55 @@ def pivot_records(params: Params) -> list[dict[str, Any]]:
     return records
 
 
-def read_pivots(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
-    """The informative pivots of a pivots stage output ``path`` at ``max_pass_rate``, on
-    their task records. Selection is redone from the stored pass rates (the stage's ``kept``
-    column is its own view), so the threshold can be varied without profiling again."""
+def profile_rows(path: Path, records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Pivot]]:
+    """Every profiled candidate of a pivots stage output ``path`` (its row, and the pivot
+    on its task record)."""
     file = path / PIVOTS_FILE
     if not file.is_file():
         raise StageError(f"{file}: not found (run the pivots stage first)")
     by_id = {r["id"]: r for r in records}
-    pool = []
+    rows = []
     for line in file.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        if informative(row["pass_rate"], max_pass_rate):
-            if row["task"] not in by_id:
-                raise StageError(
-                    f"{file}: pivot {row['pivot']} names task {row['task']}, not in its split"
-                )
-            pool.append(Pivot(by_id[row["task"]], row["index"]))
+        if row["task"] not in by_id:
+            raise StageError(
+                f"{file}: pivot {row['pivot']} names task {row['task']}, not in its split"
+            )
+        rows.append((row, Pivot(by_id[row["task"]], row["index"])))
+    return rows
+
+
+def read_pivots(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
+    """The informative pivots of a pivots stage output ``path`` at ``max_pass_rate``, on
+    their task records. Selection is redone from the stored pass rates (the stage's ``kept``
+    column is its own view), so the threshold can be varied without profiling again."""
+    rows = profile_rows(path, records)
+    pool = [pivot for row, pivot in rows if informative(row["pass_rate"], max_pass_rate)]
     if not pool:
         why = (
             "the pivots stage profiled nothing: it ran with rl.rollouts episodes"
-            if not file.stat().st_size
+            if not rows
             else f"no pivot has 0 < pass rate <= {max_pass_rate} (see metrics/pivots.json)"
         )
-        raise StageError(f"{file}: {why}")
+        raise StageError(f"{path / PIVOTS_FILE}: {why}")
     return pool
+
+
+def read_anchors(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
+    """The answer states of the profile that ``read_pivots`` leaves out at ``max_pass_rate``
+    (``rl.anchor_share`` draws them)."""
+    rows = profile_rows(path, records)
+    anchors = [
+        pivot
+        for row, pivot in rows
+        if row["kind"] == "answer" and not informative(row["pass_rate"], max_pass_rate)
+    ]
+    if not anchors:
+        raise StageError(
+            f"{path / PIVOTS_FILE}: no answer state outside the kept pivots to anchor on "
+            "(set rl.anchor_share: 0)"
+        )
+    return anchors
 
 
 def pivots_stage(params: Params) -> dict[str, Any]:

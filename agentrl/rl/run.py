@@ -26,10 +26,10 @@ from agentrl.model.build import load_model_dir
 from agentrl.model.lora import merged
 from agentrl.outputs import write_metrics, write_plot
 from agentrl.precision import stage_precision
-from agentrl.rl.pivots import fits
-from agentrl.rl.profiling import pivot_records, read_pivots
+from agentrl.rl.pivots import Pivot, fits
+from agentrl.rl.profiling import pivot_records, read_anchors, read_pivots
 from agentrl.rl.rollouts import SourceTally, source_figures
-from agentrl.rl.sources import SOURCES
+from agentrl.rl.sources import SOURCES, group_counts
 from agentrl.rl.trainer import RLTrainer
 from agentrl.tracking import content_digest, stage_run
 from agentrl.train.loop import end_distributed
@@ -59,19 +59,18 @@ def rl_stage(params: Params) -> dict[str, Any]:
     if not records:
         raise StageError(f"{data}: no rl tasks")
     pivots_dir = Path(paths.data) / "pivots"
-    pivots = (
-        read_pivots(pivots_dir, pivot_records(params), params.pivots.max_pass_rate)
-        if cfg.rollouts != "episodes"
-        else []
-    )
+    drawn = cfg.rollouts != "episodes"
+    threshold = params.pivots.max_pass_rate
+    pivots = read_pivots(pivots_dir, pivot_records(params), threshold) if drawn else []
+    counts = group_counts(cfg.rollouts, cfg.tasks_per_step, cfg.pivot_share, cfg.anchor_share)
+    anchored = drawn and "anchors" in counts
+    anchors = read_anchors(pivots_dir, pivot_records(params), threshold) if anchored else []
     model, tokenizer = load_model_dir(source, fmt)
     room, limit = params.harness.max_new_tokens, params.harness.context_limit
-    fitting = [p for p in pivots if fits(p, tokenizer, fmt, limit, room)]
-    if len(fitting) < len(pivots):  # profiled at another harness.context_limit
-        print(f"rl: {len(pivots) - len(fitting)} of {len(pivots)} pivots do not fit the context")
-        if not fitting:
-            raise StageError(f"{pivots_dir}: no kept pivot fits harness.context_limit {limit}")
-    pivots = fitting
+    pivots, anchors = (
+        fitting_states(kind, states, pivots_dir, tokenizer, fmt, limit, room)
+        for kind, states in (("pivot", pivots), ("anchor", anchors))
+    )
     sections = {
         "rl": params.section_dict("rl"),
         "harness": params.section_dict("harness"),
@@ -97,6 +96,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             fingerprint,
             precision,
             pivots,
+            anchors,
         )
         steps, history, resumed = trainer.train(
             records,
@@ -120,6 +120,19 @@ def rl_stage(params: Params) -> dict[str, Any]:
                 write_plot(Path(paths.plots) / "rl.tsv", history, PLOT_COLUMNS)
     end_distributed()
     return metrics
+
+
+def fitting_states(
+    kind: str, states: list[Pivot], path: Path, tokenizer: Any, fmt: Any, limit: int, room: int
+) -> list[Pivot]:
+    """The states whose history leaves ``room`` tokens in ``limit`` (a profile made at
+    another ``harness.context_limit`` may hold longer ones)."""
+    fitting = [p for p in states if fits(p, tokenizer, fmt, limit, room)]
+    if len(fitting) < len(states):
+        print(f"rl: {len(states) - len(fitting)} of {len(states)} {kind}s do not fit the context")
+        if not fitting:
+            raise StageError(f"{path}: no {kind} fits harness.context_limit {limit}")
+    return fitting
 
 
 def summary(

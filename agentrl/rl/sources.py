@@ -1,8 +1,12 @@
 """The rollout sources ``rl.rollouts`` chooses between, in one registry: which sources a
-step draws its groups from, and how many of this rank's groups each gives.
+step draws its groups from, and how many of this rank's groups each gives. ``anchors``
+(answer states outside the kept pivots, never retired) take ``rl.anchor_share`` of the
+pivot groups.
 
 >>> [group_counts("mix", 4, 0.25), group_counts("pivots", 4, 0.25)]
 [{'episodes': 3, 'pivots': 1}, {'pivots': 4}]
+>>> group_counts("pivots", 4, 0.5, anchor_share=0.25)
+{'pivots': 3, 'anchors': 1}
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from agentrl.harness.loop import Harness
 from agentrl.rl.pivots import Pivot, PivotJudge, PivotRollouts
 from agentrl.rl.rollouts import EpisodeRollouts, GroupSource, StepRollouts
 
-SOURCES = ("episodes", "pivots")  # every group source, by its name
+SOURCES = ("episodes", "pivots", "anchors")  # every group source, by its name
 # rl.rollouts's choices (tests/test_lists.py ties them): each names the share of a rank's
 # groups every source gives, from the rank's share of tasks_per_step and rl.pivot_share
 SOURCE_MIXES: dict[str, Callable[[int, float], dict[str, int]]] = {
@@ -29,9 +33,14 @@ SOURCE_MIXES: dict[str, Callable[[int, float], dict[str, int]]] = {
 }
 
 
-def group_counts(rollouts: str, share: int, pivot_share: float) -> dict[str, int]:
+def group_counts(
+    rollouts: str, share: int, pivot_share: float, anchor_share: float = 0.0
+) -> dict[str, int]:
     """Groups each source gives a rank whose share of ``tasks_per_step`` is ``share``."""
-    return SOURCE_MIXES[rollouts](share, pivot_share)
+    counts = SOURCE_MIXES[rollouts](share, pivot_share)
+    if anchored := round(counts.get("pivots", 0) * anchor_share):
+        counts |= {"pivots": counts["pivots"] - anchored, "anchors": anchored}
+    return counts
 
 
 def build_rollouts(
@@ -43,12 +52,27 @@ def build_rollouts(
     world: int,
     pivots: list[Pivot],
     judge: PivotJudge | None,
+    anchors: list[Pivot] | None = None,
 ) -> StepRollouts:
     """A step's rollouts as ``rl.rollouts`` says, for rank ``rank`` of ``world``."""
-    counts = group_counts(cfg.rollouts, cfg.tasks_per_step // world, cfg.pivot_share)
+    share = cfg.tasks_per_step // world
+    counts = group_counts(cfg.rollouts, share, cfg.pivot_share, cfg.anchor_share)
     builders: dict[str, Callable[[], GroupSource]] = {  # keyed as SOURCES
         "episodes": lambda: EpisodeRollouts(cfg, harness, seed, rng, rank, world),
         "pivots": lambda: PivotRollouts(cfg, harness, judge, pivots, seed, rng, rank, world),  # type: ignore[arg-type]
+        # its own seed: its draws and samples apart from the pivots' of the same step
+        "anchors": lambda: PivotRollouts(
+            cfg,
+            harness,
+            judge,
+            anchors or [],
+            seed + 1,
+            rng,
+            rank,
+            world,
+            "anchors",
+            False,  # type: ignore[arg-type]
+        ),
     }
     parts: list[tuple[Any, int]] = [(builders[name](), n) for name, n in counts.items()]
     return StepRollouts(cfg, parts)

@@ -92,7 +92,7 @@ class RLTrainer:
     it: ``train`` runs to ``rl.steps`` (resuming a checkpoint), ``update`` is one step's
     PPO-clip update, ``sync_weights`` hands the engine the new weights. Where a step's data
     comes from is ``self.rollouts`` (``rl.rollouts``'s sources; ``pivots`` the profiled
-    pivot states they draw from)."""
+    pivot states they draw from, ``anchors`` the answer states ``rl.anchor_share`` draws)."""
 
     def __init__(
         self,
@@ -106,6 +106,7 @@ class RLTrainer:
         fingerprint: str,
         precision: Resolved,
         pivots: list[Pivot] | None = None,
+        anchors: list[Pivot] | None = None,
     ):
         import deepspeed
 
@@ -148,8 +149,9 @@ class RLTrainer:
         rollout_rng = random.Random(own_seed + 1) if cfg.max_staleness else self.rng
         judge = PivotJudge(registry, fmt, self.harness.sandbox)
         self.rollouts = build_rollouts(
-            cfg, self.harness, seed, rollout_rng, self.rank, self.world, pivots or [], judge
-        )
+            cfg, self.harness, seed, rollout_rng, self.rank, self.world, pivots or [], judge,
+            anchors,
+        )  # fmt: skip
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
         """Step ``step``'s rollouts, now, from the rollout source."""
