@@ -240,8 +240,8 @@ def test_rl_stage_resumes_after_sigkill_to_the_same_weights(project: Path) -> No
 
 def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) -> None:
     """rl.rollouts mix reads the kept rows of data/pivots (written here as a profile that
-    kept every candidate of four of the pivot tasks) and reports each source's groups
-    every step."""
+    kept every call of four of the pivot tasks and passed every answer), draws anchors from
+    the answers under rl.anchor_share, and reports each source's groups every step."""
     from agentrl.rl.pivots import candidates
     from agentrl.rl.profiling import spread
 
@@ -250,7 +250,7 @@ def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) ->
     records = spread(split, params["pivots"]["tasks"])[:4]
     rows = [
         {"pivot": p.id, "task": p.record["id"], "index": p.index, "kind": p.kind,
-         "pass_rate": 0.5, "kept": True}
+         "pass_rate": 0.5 if p.kind == "call" else 1.0, "kept": p.kind == "call"}
         for p in candidates(records)
     ]  # fmt: skip
     (project / "pv").mkdir()
@@ -259,7 +259,10 @@ def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) ->
         "models": "models_mix", "checkpoints": "ckpt_mix", "metrics": "m_mix", "plots": "p_mix",
     }  # fmt: skip
     params["base"]["paths"]["data"] = "data"
-    params["rl"] |= {"rollouts": "mix", "pivot_share": 0.5, "steps": 2}
+    params["rl"] |= {
+        "rollouts": "mix", "tasks_per_step": 3, "pivot_share": 0.67, "anchor_share": 0.5,
+        "steps": 2,
+    }  # fmt: skip
     write_params(project / "params_mix.yaml", params)
     (project / "models_mix").mkdir()
     os.symlink(project / "models" / "sft", project / "models_mix" / "sft")
@@ -270,6 +273,7 @@ def test_rl_stage_trains_on_a_mix_of_episodes_and_pivot_states(project: Path) ->
     table = [dict(zip(lines[0], row, strict=True)) for row in lines[1:]]
     assert [float(r["pivots_groups_drawn"]) for r in table] == [1.0, 1.0]
     assert [float(r["episodes_groups_drawn"]) for r in table] == [1.0, 1.0]
+    assert [float(r["anchors_groups_drawn"]) for r in table] == [1.0, 1.0]
 
 
 def test_two_ranks_roll_out_their_own_tasks_and_train_one_model(project: Path) -> None:
