@@ -65,6 +65,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first CPU's model name: bf16 stages reproduce their bytes only on the same kind
+    of CPU (an AMX Xeon and an AVX512-BF16 EPYC run other kernels), so results that pin
+    a model's digest name it."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return "unknown"
+
+
 def native_bf16(device: str) -> bool:
     """Does ``device`` compute bfloat16 natively (not emulated)?"""
     if device == "cuda":

@@ -26,8 +26,11 @@ out) at the seconds a step took in a 2-step probe run. Arms that share the setti
 step's time depends on (``PACE_KEYS``) share one probe.
 
 ``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
-workspace's ``models/sft``); a run against another sft stops: screen it with another
---results. Every checkpoint, sft included, then runs through the harness with the workspace's
+workspace's ``models/sft``) and the CPU that made it (``sft.cpu``); a run against another
+sft stops: screen it with another --results. bf16 stages reproduce their bytes only on the
+same kind of CPU (an AMX Xeon's midtrain differs from an AVX512-BF16 EPYC's in the last
+bits, and capping oneDNN below AMX does not bring it back), so a screening that spans
+sessions needs machines of one kind. Every checkpoint, sft included, then runs through the harness with the workspace's
 params (only the model differs) on the first --eval-n tasks of each split, greedy, and on
 --sampled N tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's
 engine and seed). Grounded success is compared task by task
@@ -59,6 +62,7 @@ from rl_study import overrides_of, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
+from agentrl.precision import cpu_model
 from agentrl.rl.sources import SOURCES
 from agentrl.stats import paired_difference, wilson
 from agentrl.tracking import content_digest
@@ -196,12 +200,14 @@ def main() -> None:
     models = Path(base["base"]["paths"]["models"]).resolve()
     sft = saved.get("sft", {})
     if not args.report_only:  # every "vs sft" pairs against the sft these cells scored
-        digest = content_digest(models / "sft")[:32]
+        digest, cpu = content_digest(models / "sft")[:32], cpu_model()
         if sft.setdefault("digest", digest) != digest:
             raise SystemExit(
                 f"{results_path}: sft.digest: {sft['digest']} is not the workspace's "
-                f"models/sft ({digest}): screen it with another --results"
+                f"models/sft ({digest}; made on {sft.get('cpu', 'a CPU not recorded')}, this "
+                f"is {cpu}): screen it with another --results"
             )
+        sft.setdefault("cpu", cpu)
 
     def save() -> None:
         tables = dict(sft=sft, paces=paces, arms=results, sft_arms=sft_arms, cells=cells)
