@@ -58,14 +58,12 @@ from pathlib import Path
 from statistics import fmean
 
 import yaml
-from rl_study import overrides_of, rollout_cell, run_params, run_stage
+from rl_study import overrides_of, pin_sft, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
-from agentrl.precision import cpu_model
 from agentrl.rl.sources import SOURCES
 from agentrl.stats import paired_difference, wilson
-from agentrl.tracking import content_digest
 
 STEP_TIMES = ("time_rollout_s", "time_reference_s", "time_update_s", "time_sync_s")
 # the settings a step's seconds depend on: arms equal in these share a probe
@@ -200,14 +198,7 @@ def main() -> None:
     models = Path(base["base"]["paths"]["models"]).resolve()
     sft = saved.get("sft", {})
     if not args.report_only:  # every "vs sft" pairs against the sft these cells scored
-        digest, cpu = content_digest(models / "sft")[:32], cpu_model()
-        if sft.setdefault("digest", digest) != digest:
-            raise SystemExit(
-                f"{results_path}: sft.digest: {sft['digest']} is not the workspace's "
-                f"models/sft ({digest}; made on {sft.get('cpu', 'a CPU not recorded')}, this "
-                f"is {cpu}): screen it with another --results"
-            )
-        sft.setdefault("cpu", cpu)
+        pin_sft(sft, models / "sft", results_path)
 
     def save() -> None:
         tables = dict(sft=sft, paces=paces, arms=results, sft_arms=sft_arms, cells=cells)

@@ -45,7 +45,9 @@ from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, failure_kind
+from agentrl.precision import cpu_model
 from agentrl.stats import over_seeds, paired_difference, wilson
+from agentrl.tracking import content_digest
 
 ARMS = {
     "grpo": {"rl.advantage": "grpo", "rl.reward": "verifier"},
@@ -167,6 +169,21 @@ def rollout_cell(
     }
 
 
+def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
+    """Record in ``pin`` (first run) or check (later runs) the sft that results paired
+    against it started from: its content digest and the CPU that made it. bf16 stages
+    reproduce their bytes only on one kind of CPU, so results that span sessions stop
+    rather than pair a run against another machine's sft."""
+    digest, cpu = content_digest(sft_dir)[:32], cpu_model()
+    if pin.setdefault("digest", digest) != digest:
+        raise SystemExit(
+            f"{results_path}: sft.digest: {pin['digest']} is not the workspace's models/sft "
+            f"({digest}; made on {pin.get('cpu', 'a CPU not recorded')}, this is {cpu}): "
+            "write these results elsewhere (--results)"
+        )
+    pin.setdefault("cpu", cpu)
+
+
 def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int) -> dict:
     """``model_dir`` greedy on the first ``n`` tasks of every split (the eval stage's
     headline), long_horizon with the summary restart."""
@@ -219,11 +236,14 @@ def main() -> None:
         report(results, splits, args.results / "study.md")
 
     sft_params = run_params(base, args.out / "sft", common)
-    if "sft" not in results:
+    pin_sft(
+        results.setdefault("sft", {}), Path(base["base"]["paths"]["models"]) / "sft", results_path
+    )
+    if "eval" not in results["sft"]:
         started = time.perf_counter()
-        results["sft"] = {
-            "eval": evaluate(args.out / "sft/models/sft", sft_params, splits, args.eval_n)
-        }
+        results["sft"]["eval"] = evaluate(
+            args.out / "sft/models/sft", sft_params, splits, args.eval_n
+        )
         print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
         save()
     if args.midtrain_ablation and "sft_from_base" not in results:
@@ -285,7 +305,8 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
     """Three tables: every run against sft; every arm over its seeds against sft, the
     random control and its head-to-head rival; the first fault of failed episodes."""
     sft = results["sft"]
-    lines = ["## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
+    made = f"sft `{sft.get('digest', '?')}`, made on {sft.get('cpu', 'a CPU not recorded')}"
+    lines = [made, "", "## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
              for s in splits) + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
         cells = []
