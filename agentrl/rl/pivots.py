@@ -25,7 +25,8 @@ drawn whatever their pass rate (``rl.anchor_share``: the ``anchors`` source) are
 that could anchor that decision (the KL at 0.1 held the log-probs but still lost 4
 heldout_compose points to sft: not enough). Anchors at 0.5 (33 steps, 11 of 125 anchor
 groups trained on) kept full episodes whole: greedy test 0.970 -> 0.955, -0.015
-[-0.054, +0.022] against sft, where pivots alone had fallen to 0.48 (from 0.985).
+[-0.054, +0.022] against sft, where pivots alone had fallen to 0.48 (from 0.985); yet
+heldout_compose -0.030 [-0.065, -0.004]: no gain where full episodes gained.
 """
 
 from __future__ import annotations
