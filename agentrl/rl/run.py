@@ -61,10 +61,10 @@ def rl_stage(params: Params) -> dict[str, Any]:
     pivots_dir = Path(paths.data) / "pivots"
     drawn = cfg.rollouts != "episodes"
     threshold = params.pivots.max_pass_rate
-    pivots = read_pivots(pivots_dir, pivot_records(params), threshold) if drawn else []
+    tasks = pivot_records(params) if drawn else []
+    pivots = read_pivots(pivots_dir, tasks, threshold) if drawn else []
     counts = group_counts(cfg.rollouts, cfg.tasks_per_step, cfg.pivot_share, cfg.anchor_share)
-    anchored = drawn and "anchors" in counts
-    anchors = read_anchors(pivots_dir, pivot_records(params), threshold) if anchored else []
+    anchors = read_anchors(pivots_dir, tasks, threshold) if "anchors" in counts else []
     model, tokenizer = load_model_dir(source, fmt)
     room, limit = params.harness.max_new_tokens, params.harness.context_limit
     pivots, anchors = (
