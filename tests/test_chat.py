@@ -85,6 +85,30 @@ def test_renderer_agrees_with_apply_chat_template_on_every_split(fmt_tok, datase
     assert checked >= 7 * 5
 
 
+def test_a_call_message_a_server_parsed_renders_as_the_model_wrote_it(fmt_tok) -> None:
+    """vLLM's tool parsers keep the newline the model wrote before ``<tool_call>`` in the
+    message's content; a client sends that message back, and it must render as the turn the
+    model wrote (and as the parser's own stripped content renders), or the next turn
+    conditions on text the model never saw."""
+    fmt, tok = fmt_tok
+    call = {"type": "function", "function": {"name": "f", "arguments": {"n": 1}}}
+    one = render_call(fmt, "f", {"n": 1})
+    written = f"I need f.\n{one}\n{one}<|im_end|>"  # what the model wrote: two calls
+    content = written[: written.index("<tool_call>")]  # what vLLM's hermes parser returns
+    assert parse(written, fmt).content == "I need f."  # what ours returns
+    for kept in (content, "I need f."):
+        messages = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": kept, "tool_calls": [call, call]},
+            {"role": "tool", "content": "1"},
+            {"role": "tool", "content": "2"},
+        ]
+        assert render_assistant(fmt, messages[1]) == written
+        ids, _ = render_ids(tok, fmt, messages)
+        templated = tok.apply_chat_template(messages, tokenize=True, return_dict=True)
+        assert list(templated["input_ids"]) == ids
+
+
 def test_mask_covers_exactly_what_the_assistant_wrote(fmt_tok, dataset: Path) -> None:
     fmt, tok = fmt_tok
     for record in read_split(dataset, "sft")[:30]:

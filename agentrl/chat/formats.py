@@ -42,7 +42,7 @@ _HEAD = r"""
 {{- message['content'] or '' -}}
 {%- for call in (message['tool_calls'] or []) -%}
 {%- set fn = call['function'] -%}
-{%- if message['content'] or not loop.first -%}{{- '\n' -}}{%- endif -%}
+{%- if not loop.first or (message['content'] and not message['content'].endswith('\n')) -%}{{- '\n' -}}{%- endif -%}
 """
 
 _TAIL = r"""

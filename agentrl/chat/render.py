@@ -33,8 +33,10 @@ def render_call(fmt: ChatFormat, name: str, arguments: Any) -> str:
 def render_assistant(fmt: ChatFormat, message: dict[str, Any]) -> str:
     """What the model writes for one assistant turn, ``<|im_end|>`` included."""
     text = message.get("content") or ""
-    for i, call in enumerate(message.get("tool_calls") or []):
-        if text or i:
+    for call in message.get("tool_calls") or []:
+        # one newline before a call: servers' tool parsers (vLLM's hermes) return the text
+        # before a call with the model's newline kept, and a client sends that message back
+        if text and not text.endswith("\n"):
             text += "\n"
         text += render_call(fmt, call["function"]["name"], call["function"]["arguments"])
     return text + IM_END
