@@ -91,10 +91,17 @@ def git_state() -> tuple[str, bool]:
         return "unknown", True
 
 
-def content_digest(path: Path) -> str:
-    """SHA-256 over relative paths and bytes of every file under ``path``."""
+def content_digest(path: Path, skip: frozenset[str] = frozenset()) -> str:
+    """SHA-256 over relative paths and bytes of every file under ``path`` but those whose
+    relative path is in ``skip``."""
     h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(
+            p for p in path.rglob("*") if p.is_file() and str(p.relative_to(path)) not in skip
+        )
+    )
     for file in files:
         h.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         with file.open("rb") as fh:

@@ -174,7 +174,10 @@ def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
     against it started from: its content digest and the CPU that made it. bf16 stages
     reproduce their bytes only on one kind of CPU, so results that span sessions stop
     rather than pair a run against another machine's sft."""
-    digest, cpu = content_digest(sft_dir)[:32], cpu_model()
+    # the chat template is read by apply_chat_template and servers' chat endpoints, never
+    # by training or rollouts (agentrl.chat renders): a template fix keeps results paired
+    digest = content_digest(sft_dir, skip=frozenset({"chat_template.jinja"}))[:32]
+    cpu = cpu_model()
     if pin.setdefault("digest", digest) != digest:
         raise SystemExit(
             f"{results_path}: sft.digest: {pin['digest']} is not the workspace's models/sft "

@@ -21,6 +21,8 @@ def test_results_pin_their_sft_and_stop_on_another(tmp_path: Path) -> None:
     pin_sft(pin, sft, tmp_path / "study.json")
     assert set(pin) == {"digest", "cpu"} and pin["cpu"]
     pin_sft(pin, sft, tmp_path / "study.json")  # the same sft: on it goes
+    (sft / "chat_template.jinja").write_text("{{ messages }}")  # read by no rollout
+    pin_sft(pin, sft, tmp_path / "study.json")
     (sft / "model.safetensors").write_bytes(b"two")
     with pytest.raises(SystemExit, match=r"study.json: sft.digest: .* made on .*, this is "):
         pin_sft(pin, sft, tmp_path / "study.json")
