@@ -171,9 +171,9 @@ def rollout_cell(
 
 def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
     """Record in ``pin`` (first run) or check (later runs) the sft that results paired
-    against it started from: its content digest and the CPU that made it. bf16 stages
-    reproduce their bytes only on one kind of CPU, so results that span sessions stop
-    rather than pair a run against another machine's sft."""
+    against it started from: its content digest (but the chat template) and the CPU that
+    made it. bf16 stages reproduce their bytes only on one kind of CPU, so results that span
+    sessions stop rather than pair a run against another machine's sft."""
     # the chat template is read by apply_chat_template and servers' chat endpoints, never
     # by training or rollouts (agentrl.chat renders): a template fix keeps results paired
     digest = content_digest(sft_dir, skip=frozenset({"chat_template.jinja"}))[:32]
