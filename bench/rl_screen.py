@@ -26,8 +26,8 @@ out) at the seconds a step took in a 2-step probe run. Arms that share the setti
 step's time depends on (``PACE_KEYS``) share one probe.
 
 ``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
-workspace's ``models/sft`` but its chat template, which no rollout reads) and the CPU that made it (``sft.cpu``); a run against another
-sft stops: screen it with another --results. bf16 stages reproduce their bytes only on the
+workspace's ``models/sft`` but its chat template, which no rollout reads) and the CPU that
+made it (``sft.cpu``); a run against another sft stops: screen it with another --results. bf16 stages reproduce their bytes only on the
 same kind of CPU (an AMX Xeon's midtrain differs from an AVX512-BF16 EPYC's in the last
 bits, and capping oneDNN below AMX does not bring it back), so a screening that spans
 sessions needs machines of one kind. Every checkpoint, sft included, then runs through the harness with the workspace's
