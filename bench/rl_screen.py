@@ -27,14 +27,15 @@ step's time depends on (``PACE_KEYS``) share one probe.
 
 ``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
 workspace's ``models/sft`` but its chat template, which no rollout reads) and the CPU that
-made it (``sft.cpu``); a run against another sft stops: screen it with another --results. bf16 stages reproduce their bytes only on the
-same kind of CPU (an AMX Xeon's midtrain differs from an AVX512-BF16 EPYC's in the last
-bits, and capping oneDNN below AMX does not bring it back), so a screening that spans
-sessions needs machines of one kind. Every checkpoint, sft included, then runs through the harness with the workspace's
-params (only the model differs) on the first --eval-n tasks of each split, greedy, and on
---sampled N tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's
-engine and seed). Grounded success is compared task by task
-(``agentrl.stats.paired_difference``): each arm against sft and against --versus.
+made it (``sft.cpu``); a run against another sft stops: screen it with another --results.
+bf16 stages reproduce their bytes only on the same kind of CPU (an AMX Xeon's midtrain
+differs from an AVX512-BF16 EPYC's in the last bits, and capping oneDNN below AMX does not
+bring it back), so a screening that spans sessions needs machines of one kind. Every
+checkpoint, sft included, then runs through the harness with the workspace's params (only
+the model differs) on the first --eval-n tasks of each split, greedy, and on --sampled N
+tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's engine and
+seed). Grounded success is compared task by task (``agentrl.stats.paired_difference``):
+each arm against sft and against --versus.
 
 Every finished cell (a probe's pace, an arm's training figures and curves, a checkpoint's
 outcomes on a split) goes into ``<results>/screen.json`` at once and a rerun skips it, so
