@@ -77,6 +77,8 @@ PACE_KEYS = (  # with the synth.* overrides: the tasks set a step's time
 SFT_KEYS = ("sft.", "synth.splits.sft.")
 # the overrides that change the bytes of an arm's data: synth's, and a pivot profile's
 DATA_KEYS = ("synth.", "sft.", "pivots.", "harness.", "rl.grounded_only")
+# pivots.* the rl stage applies to the stored pass rates: arms differing in them share a profile
+BAND_KEYS = ("pivots.min_pass_rate", "pivots.max_pass_rate")
 CURVES = ("grounded_success", "reward_mean", "entropy", "kl_to_start", "logprob_change")
 DEFAULT_ARMS = [["episodes"], ["pivots", "rl.rollouts=pivots"], ["mix", "rl.rollouts=mix"]]
 
@@ -110,11 +112,14 @@ def data_of(out: Path, params: dict, overrides: dict[str, object]) -> Path | Non
     bytes there: ``synth.*`` overrides synthesise their own rl split (the other splits come
     out as the workspace's: a sample is drawn from seed, split and index), and an arm that
     draws pivots profiles them on the sft it starts from (the workspace's default profiles
-    nothing), with its ``sft.*``, ``pivots.*``, ``harness.*`` and rl.grounded_only.
+    nothing), with its ``sft.*``, ``pivots.*`` (but the band: rl reselects from the pass
+    rates), ``harness.*`` and rl.grounded_only.
     None: the workspace's data."""
     shaping = {k: v for k, v in overrides.items() if k.startswith(DATA_KEYS[:1])}
     if draws_pivots(params, overrides):
-        shaping |= {k: v for k, v in overrides.items() if k.startswith(DATA_KEYS)}
+        shaping |= {
+            k: v for k, v in overrides.items() if k.startswith(DATA_KEYS) and k not in BAND_KEYS
+        }
     elif not shaping:
         return None
     key = json.dumps(shaping | {"pivots": draws_pivots(params, overrides)}, sort_keys=True)

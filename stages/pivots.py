@@ -2,7 +2,7 @@
 RL (params: pivots, harness, rl.grounded_only).
 
     python stages/pivots.py          # what `dvc repro pivots` runs
-    dvc exp run -S pivots.max_pass_rate=1.0 -S rl.rollouts=pivots
+    dvc exp run -S pivots.min_pass_rate=0 -S pivots.max_pass_rate=1 -S rl.rollouts=pivots
 
 Samples `pivots.samples` turns from models/sft at every assistant turn of the first
 `pivots.tasks` trajectories of `pivots.split` and writes each candidate's pass rate,

@@ -136,7 +136,13 @@ def project_params(**train) -> dict:
         | train
     )
     params["harness"] = {"max_turns": 2, "max_new_tokens": 16, "context_limit": 512}
-    params["pivots"] = {"split": "rl", "tasks": 4, "samples": 2, "max_pass_rate": 1.0}
+    params["pivots"] = {
+        "split": "rl",
+        "tasks": 4,
+        "samples": 2,
+        "min_pass_rate": 0.0,
+        "max_pass_rate": 1.0,
+    }
     params["rl"] = {
         "advantage": "grpo",  # present, as in params.yaml: `dvc exp run -S` overrides keys
         "reward": "verifier",

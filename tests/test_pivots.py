@@ -251,6 +251,7 @@ def test_anchor_groups_are_drawn_as_their_own_source_and_never_retired(
     [
         ({"pivots": {"split": "test"}}, "pivots.split: Input should be 'midtrain', 'sft' or 'rl'"),
         ({"pivots": {"max_pass_rate": 0.0}}, "pivots.max_pass_rate: Input should be greater than 0"),
+        ({"pivots": {"min_pass_rate": 0.75, "max_pass_rate": 0.5}}, "pivots: Value error, min_pass_rate 0.75 is above max_pass_rate 0.5"),
         ({"rl": {"pivot_share": 1.5}}, "rl.pivot_share: Input should be less than or equal to 1"),
         ({"rl": {"anchor_share": -0.5}}, "rl.anchor_share: Input should be greater than or equal to 0"),
         ({"pivots": {"split": "midtrain"}, "synth": {"splits": {"midtrain": {"n": 0}}}}, "pivots.split: 'midtrain' has no trajectories"),
@@ -301,8 +302,9 @@ def test_pivot_tasks_are_spread_over_a_split_written_in_curriculum_order(tmp_pat
 
 
 def test_the_rl_stage_selects_pivots_by_pass_rate_at_its_own_threshold(tmp_path: Path) -> None:
-    """The profile stores pass rates; which pivots rl draws follows pivots.max_pass_rate
-    when rl loads them, not the kept column written at profiling time."""
+    """The profile stores pass rates; which pivots rl draws follows the band
+    (pivots.min_pass_rate, max_pass_rate) when rl loads them, not the kept column written
+    at profiling time."""
     records = [{"id": "t0"}, {"id": "t1"}]
     rows = [
         {"pivot": "t0@1", "task": "t0", "index": 1, "kind": "call", "pass_rate": 0.5},
@@ -313,13 +315,16 @@ def test_the_rl_stage_selects_pivots_by_pass_rate_at_its_own_threshold(tmp_path:
     (tmp_path / PIVOTS_FILE).write_text(
         "".join(json.dumps(r | {"kept": r["pass_rate"] == 0.5}) + "\n" for r in rows)
     )
-    assert [p.index for p in read_pivots(tmp_path, records, 0.75)] == [1]
-    assert [p.index for p in read_pivots(tmp_path, records, 1.0)] == [1, 3]
-    with pytest.raises(StageError, match=r"no pivot has 0 < pass rate <= 0.25"):
-        read_pivots(tmp_path, records, 0.25)
-    # anchors: the answer states the threshold leaves out, whatever their pass rate
-    assert [p.id for p in read_anchors(tmp_path, records, 0.75)] == ["t0@3", "t1@3"]
-    assert [p.id for p in read_anchors(tmp_path, records, 1.0)] == ["t1@3"]
+    assert [p.index for p in read_pivots(tmp_path, records, (0.0, 0.75))] == [1]
+    assert [p.index for p in read_pivots(tmp_path, records, (0.0, 1.0))] == [1, 3]
+    assert [p.index for p in read_pivots(tmp_path, records, (0.75, 1.0))] == [3]
+    with pytest.raises(
+        StageError, match=r"no pivot has a pass rate in \(0, 1\) and in \[0.0, 0.25\]"
+    ):
+        read_pivots(tmp_path, records, (0.0, 0.25))
+    # anchors: the answer states the band leaves out, whatever their pass rate
+    assert [p.id for p in read_anchors(tmp_path, records, (0.0, 0.75))] == ["t0@3", "t1@3"]
+    assert [p.id for p in read_anchors(tmp_path, records, (0.0, 1.0))] == ["t1@3"]
     (tmp_path / PIVOTS_FILE).write_text(json.dumps(rows[0] | {"kept": True}) + "\n")
     with pytest.raises(StageError, match=r"no answer state outside the kept pivots"):
-        read_anchors(tmp_path, records, 0.75)
+        read_anchors(tmp_path, records, (0.0, 0.75))

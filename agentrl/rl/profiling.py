@@ -89,30 +89,35 @@ def profile_rows(path: Path, records: list[dict[str, Any]]) -> list[tuple[dict[s
     return rows
 
 
-def read_pivots(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
-    """The informative pivots of a pivots stage output ``path`` at ``max_pass_rate``, on
-    their task records. Selection is redone from the stored pass rates (the stage's ``kept``
-    column is its own view), so the threshold can be varied without profiling again."""
+def read_pivots(
+    path: Path, records: list[dict[str, Any]], band: tuple[float, float]
+) -> list[Pivot]:
+    """The informative pivots of a pivots stage output ``path`` in the pass-rate ``band``,
+    on their task records. Selection is redone from the stored pass rates (the stage's
+    ``kept`` column is its own view), so the band can be varied without profiling again."""
     rows = profile_rows(path, records)
-    pool = [pivot for row, pivot in rows if informative(row["pass_rate"], max_pass_rate)]
+    pool = [pivot for row, pivot in rows if informative(row["pass_rate"], band)]
     if not pool:
         why = (
             "the pivots stage profiled nothing: it ran with rl.rollouts episodes"
             if not rows
-            else f"no pivot has 0 < pass rate <= {max_pass_rate} (see metrics/pivots.json)"
+            else f"no pivot has a pass rate in (0, 1) and in [{band[0]}, {band[1]}] "
+            "(see metrics/pivots.json)"
         )
         raise StageError(f"{path / PIVOTS_FILE}: {why}")
     return pool
 
 
-def read_anchors(path: Path, records: list[dict[str, Any]], max_pass_rate: float) -> list[Pivot]:
-    """The answer states of the profile that ``read_pivots`` leaves out at ``max_pass_rate``
+def read_anchors(
+    path: Path, records: list[dict[str, Any]], band: tuple[float, float]
+) -> list[Pivot]:
+    """The answer states of the profile that ``read_pivots`` leaves out at ``band``
     (``rl.anchor_share`` draws them)."""
     rows = profile_rows(path, records)
     anchors = [
         pivot
         for row, pivot in rows
-        if row["kind"] == "answer" and not informative(row["pass_rate"], max_pass_rate)
+        if row["kind"] == "answer" and not informative(row["pass_rate"], band)
     ]
     if not anchors:
         raise StageError(
@@ -162,7 +167,7 @@ def pivots_stage(params: Params) -> dict[str, Any]:
                         "index": pivot.index,
                         "kind": pivot.kind,
                         "pass_rate": rate,
-                        "kept": informative(rate, cfg.max_pass_rate),
+                        "kept": informative(rate, cfg.band),
                     }
                 )
         finally:

@@ -60,23 +60,28 @@ def rl_stage(params: Params) -> dict[str, Any]:
         raise StageError(f"{data}: no rl tasks")
     pivots_dir = Path(paths.data) / "pivots"
     drawn = cfg.rollouts != "episodes"
-    threshold = params.pivots.max_pass_rate
+    band = params.pivots.band
     tasks = pivot_records(params) if drawn else []
-    pivots = read_pivots(pivots_dir, tasks, threshold) if drawn else []
+    pivots = read_pivots(pivots_dir, tasks, band) if drawn else []
     counts = group_counts(cfg.rollouts, cfg.tasks_per_step, cfg.pivot_share, cfg.anchor_share)
-    anchors = read_anchors(pivots_dir, tasks, threshold) if "anchors" in counts else []
+    anchors = read_anchors(pivots_dir, tasks, band) if "anchors" in counts else []
     model, tokenizer = load_model_dir(source, fmt)
     room, limit = params.harness.max_new_tokens, params.harness.context_limit
     pivots, anchors = (
         fitting_states(kind, states, pivots_dir, tokenizer, fmt, limit, room)
         for kind, states in (("pivot", pivots), ("anchor", anchors))
     )
+    if pivots and len(pivots) < (draws := cfg.steps * counts["pivots"]):
+        print(
+            f"rl: {len(pivots)} pivots for at least {draws} pivot groups: the pool will be "
+            "spent and return, and returned pivots mostly come out flat (raise pivots.tasks)"
+        )
     sections = {
         "rl": params.section_dict("rl"),
         "harness": params.section_dict("harness"),
         "model.format": params.model.format,
         "precision": precision,
-    }
+    } | ({"pivots.band": list(band)} if pivots else {})
     inputs = [content_digest(source), content_digest(data)]
     fingerprint = digest([sections, *inputs, *([content_digest(pivots_dir)] if pivots else [])])
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
@@ -97,6 +102,7 @@ def rl_stage(params: Params) -> dict[str, Any]:
             precision,
             pivots,
             anchors,
+            band,
         )
         steps, history, resumed = trainer.train(
             records,

@@ -53,13 +53,25 @@ def build_rollouts(
     pivots: list[Pivot],
     judge: PivotJudge | None,
     anchors: list[Pivot] | None = None,
+    band: tuple[float, float] = (0.0, 1.0),
 ) -> StepRollouts:
-    """A step's rollouts as ``rl.rollouts`` says, for rank ``rank`` of ``world``."""
+    """A step's rollouts as ``rl.rollouts`` says, for rank ``rank`` of ``world``; a pivot
+    whose group's pass rate leaves ``band`` retires (``PivotRollouts``)."""
     share = cfg.tasks_per_step // world
     counts = group_counts(cfg.rollouts, share, cfg.pivot_share, cfg.anchor_share)
     builders: dict[str, Callable[[], GroupSource]] = {  # keyed as SOURCES
         "episodes": lambda: EpisodeRollouts(cfg, harness, seed, rng, rank, world),
-        "pivots": lambda: PivotRollouts(cfg, harness, judge, pivots, seed, rng, rank, world),  # type: ignore[arg-type]
+        "pivots": lambda: PivotRollouts(
+            cfg,
+            harness,
+            judge,
+            pivots,
+            seed,
+            rng,
+            rank,
+            world,
+            band=band,  # type: ignore[arg-type]
+        ),
         # its own seed: its draws and samples apart from the pivots' of the same step
         "anchors": lambda: PivotRollouts(
             cfg,

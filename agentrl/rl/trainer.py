@@ -107,6 +107,7 @@ class RLTrainer:
         precision: Resolved,
         pivots: list[Pivot] | None = None,
         anchors: list[Pivot] | None = None,
+        band: tuple[float, float] = (0.0, 1.0),
     ):
         import deepspeed
 
@@ -150,7 +151,7 @@ class RLTrainer:
         judge = PivotJudge(registry, fmt, self.harness.sandbox)
         self.rollouts = build_rollouts(
             cfg, self.harness, seed, rollout_rng, self.rank, self.world, pivots or [], judge,
-            anchors,
+            anchors, band,
         )  # fmt: skip
 
     def collect(self, records: list[dict[str, Any]], step: int) -> StepData:
