@@ -495,12 +495,16 @@ class RLSection(Strict):
     )
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
     rollouts: Literal["episodes", "pivots", "mix"] = Field(
-        "episodes",
+        "pivots",
         description="Where a step's groups come from. episodes: whole multi-turn episodes of "
         "data/synth/rl tasks. pivots: one assistant turn sampled from an intermediate state "
         "of an expert trajectory (a pivot the pivots stage profiled as informative), scored "
         "by a local verifier of functional equivalence with the expert's action (PivotRL, "
-        "arXiv 2603.21383). mix: `pivot_share` of the groups from pivots, the rest episodes.",
+        "arXiv 2603.21383). mix: `pivot_share` of the groups from pivots, the rest episodes. "
+        "On the default (2 cores, one sft, 22 steps), pivots with anchors spent 3.3 s of "
+        "rollout per group with signal against 25.7 s for episodes, and beat episodes at "
+        "equal loop time on heldout_tools (+0.085 [+0.021, +0.148] paired, 200 tasks); "
+        "episodes beat it on heldout_compose (+0.050), where pivots answer early.",
     )
     pivot_share: float = Field(
         0.5,
@@ -510,7 +514,7 @@ class RLSection(Strict):
         "per rank).",
     )
     anchor_share: float = Field(
-        0.0,
+        0.5,
         ge=0,
         le=1,
         description="rollouts pivots or mix: the share of a step's pivot groups drawn from "
@@ -651,10 +655,13 @@ class PivotsSection(Strict):
         "prompt the episodes start from.",
     )
     tasks: int = Field(
-        128,
+        256,
         ge=1,
         description="Tasks of the split whose turns are profiled, spread evenly over it (a "
-        "training split is written easy to hard: the first ones would all be one-call tasks).",
+        "training split is written easy to hard: the first ones would all be one-call tasks). "
+        "The kept pool must outlast the run's pivot draws: retired pivots return when it is "
+        "spent, and mostly come out flat (on the default, 128 tasks kept 40 pivots for 22 "
+        "steps: 22% of pivot groups flat; 256 kept enough: 11%, at 2.4x the profiling time).",
     )
     samples: int = Field(
         8, ge=2, description="Turns sampled per candidate to profile its pass rate (G)."

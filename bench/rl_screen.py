@@ -59,7 +59,7 @@ from pathlib import Path
 from statistics import fmean
 
 import yaml
-from rl_study import overrides_of, pin_sft, rollout_cell, run_params, run_stage
+from rl_study import BAND_KEYS, overrides_of, pin_sft, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls
@@ -77,10 +77,12 @@ PACE_KEYS = (  # with the synth.* overrides: the tasks set a step's time
 SFT_KEYS = ("sft.", "synth.splits.sft.")
 # the overrides that change the bytes of an arm's data: synth's, and a pivot profile's
 DATA_KEYS = ("synth.", "sft.", "pivots.", "harness.", "rl.grounded_only")
-# pivots.* the rl stage applies to the stored pass rates: arms differing in them share a profile
-BAND_KEYS = ("pivots.min_pass_rate", "pivots.max_pass_rate")
 CURVES = ("grounded_success", "reward_mean", "entropy", "kl_to_start", "logprob_change")
-DEFAULT_ARMS = [["episodes"], ["pivots", "rl.rollouts=pivots"], ["mix", "rl.rollouts=mix"]]
+DEFAULT_ARMS = [
+    ["episodes", "rl.rollouts=episodes"],
+    ["pivots", "rl.rollouts=pivots"],
+    ["mix", "rl.rollouts=mix"],
+]
 
 
 def mlflow_steps(run_dir: Path) -> list[dict[str, float]]:
@@ -111,9 +113,9 @@ def data_of(out: Path, params: dict, overrides: dict[str, object]) -> Path | Non
     """The data directory an arm trains on, shared by the arms that would write the same
     bytes there: ``synth.*`` overrides synthesise their own rl split (the other splits come
     out as the workspace's: a sample is drawn from seed, split and index), and an arm that
-    draws pivots profiles them on the sft it starts from (the workspace's default profiles
-    nothing), with its ``sft.*``, ``pivots.*`` (but the band: rl reselects from the pass
-    rates), ``harness.*`` and rl.grounded_only.
+    draws pivots profiles them on the sft it starts from (in its own directory: the
+    workspace's data/pivots may be stale), with its ``sft.*``, ``pivots.*`` (but the band:
+    rl reselects from the pass rates), ``harness.*`` and rl.grounded_only.
     None: the workspace's data."""
     shaping = {k: v for k, v in overrides.items() if k.startswith(DATA_KEYS[:1])}
     if draws_pivots(params, overrides):

@@ -10,6 +10,9 @@ pairs each arm with its control. A run whose params equal the workspace's (an ar
 that params.yaml already names) adopts ``models/rl`` of the DAG when ``dvc status rl`` says
 it is up to date, rather than training the same weights again. The random-reward control
 changes only the reward: it keeps the recipe's advantage estimator and every other knob.
+With pivot rollouts (``rl.rollouts`` pivots or mix, the default) every run draws the DAG's
+``data/pivots``, so the study first brings the pivots stage up to date (``dvc repro
+pivots``, about half an hour on 2 cores when models/sft is new).
 
 Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
 params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
@@ -61,6 +64,8 @@ SPLIT_CONTEXT = {"long_horizon": "summary"}
 ABLATION_SPLITS = ("heldout_tools", "heldout_compose")
 # arm pairs reported besides each arm against sft and against the random control
 HEAD_TO_HEAD = (("gigpo", "grpo"),)
+# pivots.* the rl stage applies to the stored pass rates (the rest shape the profile)
+BAND_KEYS = ("pivots.min_pass_rate", "pivots.max_pass_rate")
 
 
 def set_key(tree: dict, dotted: str, value: object) -> None:
@@ -239,6 +244,11 @@ def main() -> None:
         report(results, splits, args.results / "study.md")
 
     sft_params = run_params(base, args.out / "sft", common)
+    if load_params(sft_params).rl.rollouts != "episodes":
+        # the runs draw the workspace's data/pivots: profiled on this models/sft, by the DAG
+        if any(k.startswith("pivots.") and k not in BAND_KEYS for k in common):
+            raise SystemExit("--set pivots.*: the runs read the DAG's data/pivots (params.yaml)")
+        subprocess.run(["dvc", "repro", "pivots"], check=True)
     pin_sft(
         results.setdefault("sft", {}), Path(base["base"]["paths"]["models"]) / "sft", results_path
     )

@@ -127,6 +127,7 @@ def test_rl_rollouts_run_a_bf16_copy_that_follows_every_update(
     fmt = get_format("hermes")
     model, tokenizer = digit_model(dataset, TINY_MODEL)
     cfg = RLSection(
+        rollouts="episodes",
         steps=2, tasks_per_step=4, group_size=8, lr=2e-3, mini_batch=32, micro_batch_size=16,
         grounded_only=False, checkpoint_every=100, dynamic_sampling=False,
     )  # fmt: skip

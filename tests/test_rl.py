@@ -62,6 +62,7 @@ def test_rl_raises_the_reward_of_a_trivially_learnable_task(
     before = success_rate(model, tokenizer, fmt, tasks, 32)
     assert 0.02 <= before <= 0.3, before
     cfg = RLSection(
+        rollouts="episodes",
         steps=12, tasks_per_step=4, group_size=8, lr=2e-3, mini_batch=32, micro_batch_size=16,
         grounded_only=False, checkpoint_every=100, epochs=2,
     )  # fmt: skip
@@ -85,6 +86,7 @@ def test_rollouts_at_a_temperature_train_on_its_logprobs_and_drift_is_tracked(
     fmt = get_format("hermes")
     model, tokenizer = digit_model(dataset, TINY_MODEL)
     cfg = RLSection(
+        rollouts="episodes",
         steps=3, tasks_per_step=4, group_size=8, lr=2e-3, mini_batch=32, micro_batch_size=16,
         grounded_only=False, checkpoint_every=100, dynamic_sampling=False, track_drift=True,
     )  # fmt: skip
@@ -104,7 +106,9 @@ def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: P
     texts = [render_text(fmt, r["messages"], r["tools"])[0] for r in read_split(dataset, "sft")]
     tokenizer = train_tokenizer(texts, fmt, vocab_size=1024)
     model = build_tiny(ModelSection(**TINY_MODEL), tokenizer, seed=1)
-    cfg = RLSection(tasks_per_step=2, group_size=4, mini_batch=4, micro_batch_size=4)
+    cfg = RLSection(
+        rollouts="episodes", tasks_per_step=2, group_size=4, mini_batch=4, micro_batch_size=4
+    )
     harness_cfg = HarnessSection(max_turns=1, max_new_tokens=12, context_limit=256)
     trainer = RLTrainer(cfg, harness_cfg, model, tokenizer, fmt, Registry(), 0, "shortcut", "fp32")
     episodes = trainer.harness.run(digit_tasks(2, answer=7), samples=4, seed=3)
@@ -399,6 +403,7 @@ def test_collect_scales_advantages_over_the_steps_groups(dataset: Path) -> None:
     data = {}
     for scale in ("group", "batch"):
         cfg = RLSection(
+            rollouts="episodes",
             tasks_per_step=4, group_size=8, grounded_only=False, dynamic_sampling=False,
             overlong="keep", scale=scale, advantage="grpo",
         )  # fmt: skip

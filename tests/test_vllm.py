@@ -89,6 +89,7 @@ def test_every_update_reaches_vllm_and_its_logprobs_become_the_trainers(served: 
     fmt, tokenizer = get_format("hermes"), served["tokenizer"]
     tasks = digit_tasks(4, answer=7)
     cfg = RLSection(
+        rollouts="episodes",
         steps=2, tasks_per_step=4, group_size=8, lr=1e-2, mini_batch=32, micro_batch_size=16,
         grounded_only=False, checkpoint_every=100, dynamic_sampling=False,
     )  # fmt: skip
@@ -121,6 +122,7 @@ def test_one_step_off_policy_overlaps_rollouts_and_updates_and_resumes(
     def trainer(steps: int) -> RLTrainer:
         model, _ = load_model_dir(served["home"] / "sft", fmt)
         cfg = RLSection(
+            rollouts="episodes",
             steps=steps, tasks_per_step=4, group_size=8, lr=1e-3, mini_batch=32,
             micro_batch_size=16, grounded_only=False, checkpoint_every=1,
             dynamic_sampling=False, max_staleness=1, reward="random",
@@ -241,7 +243,9 @@ def test_a_reload_that_fails_is_an_error_naming_the_setting(served: dict, tmp_pa
 def test_a_rollout_server_that_dies_mid_run_fails_the_run(served: dict, tmp_path: Path) -> None:
     fmt, tokenizer = get_format("hermes"), served["tokenizer"]
     model, _ = load_model_dir(served["home"] / "sft", fmt)
-    cfg = RLSection(steps=3, tasks_per_step=2, group_size=2, checkpoint_every=100)
+    cfg = RLSection(
+        rollouts="episodes", steps=3, tasks_per_step=2, group_size=2, checkpoint_every=100
+    )
     trainer = RLTrainer(
         cfg, harness_cfg(served["url"]), model, tokenizer, fmt, Registry(), 0, "x", "fp32"
     )

@@ -23,7 +23,9 @@ reward 0.6 in training against 0.45 in the profile), so the edges go flat. With 
 out flat (17.5%); the pool was then spent, every pivot returned, and 10 of the next 16 were
 flat (22% over the run). A pool needs more pivots than the run draws groups
 (``rl.steps`` times the pivot groups of a step, plus resamples): the rl stage says when it
-has fewer.
+has fewer. Profiled on 256 tasks (853 candidates, 32.5 min), the same 22 steps drew 50
+pivot groups and 43 had signal (11% flat), at 3.3 s of rollout per kept group against
+25.7 s for a full-episode group.
 
 Simplifications, stated: a candidate whose history does not fit ``harness.context_limit``
 with room for a turn is left out; the expert trajectories are the oracle's (one call per

@@ -4,7 +4,7 @@ pivot id, task, turn index, kind, pass rate, kept) and ``metrics/pivots.json`` (
 kept share, zero-variance share, pass rate by kind). The rl stage draws the kept rows when
 ``rl.rollouts`` is pivots or mix (``read_pivots``). With ``rl.rollouts: episodes`` rl draws
 no pivot, so the stage profiles nothing: it writes an empty pivots.jsonl and metrics saying
-why (profiling is about 20 min of the default DAG on 2 cores). ``rl.rollouts`` is therefore
+why (profiling 256 tasks is about half an hour on 2 cores). ``rl.rollouts`` is therefore
 one of the stage's params: switching it to pivots or mix profiles.
 
 Sampling is the rl rollouts' (``harness.temperature``, ``harness.max_new_tokens``) from the
