@@ -192,6 +192,21 @@ def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
     pin.setdefault("cpu", cpu)
 
 
+def profile_pivots(params: Path, common: dict[str, object]) -> None:
+    """With pivot rollouts under ``params``, the DAG's pivots stage brought up to date: the
+    runs draw the workspace's data/pivots, profiled on its models/sft with params.yaml's
+    pivots section, so a ``--set`` of another profile (any pivots.* but the band the rl
+    stage applies) stops here."""
+    if load_params(params).rl.rollouts == "episodes":
+        return
+    for key in (k for k in common if k.startswith("pivots.") and k not in BAND_KEYS):
+        raise SystemExit(
+            f"--set {key}={common[key]}: the runs draw the DAG's data/pivots, profiled with "
+            "params.yaml's pivots section: change it there"
+        )
+    subprocess.run(["dvc", "repro", "pivots"], check=True)
+
+
 def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int) -> dict:
     """``model_dir`` greedy on the first ``n`` tasks of every split (the eval stage's
     headline), long_horizon with the summary restart."""
@@ -244,11 +259,7 @@ def main() -> None:
         report(results, splits, args.results / "study.md")
 
     sft_params = run_params(base, args.out / "sft", common)
-    if load_params(sft_params).rl.rollouts != "episodes":
-        # the runs draw the workspace's data/pivots: profiled on this models/sft, by the DAG
-        if any(k.startswith("pivots.") and k not in BAND_KEYS for k in common):
-            raise SystemExit("--set pivots.*: the runs read the DAG's data/pivots (params.yaml)")
-        subprocess.run(["dvc", "repro", "pivots"], check=True)
+    profile_pivots(sft_params, common)
     pin_sft(
         results.setdefault("sft", {}), Path(base["base"]["paths"]["models"]) / "sft", results_path
     )
