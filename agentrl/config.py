@@ -502,9 +502,10 @@ class RLSection(Strict):
         "by a local verifier of functional equivalence with the expert's action (PivotRL, "
         "arXiv 2603.21383). mix: `pivot_share` of the groups from pivots, the rest episodes. "
         "On the default (2 cores, one sft, 22 steps), pivots with anchors spent 3.3 s of "
-        "rollout per group with signal against 25.7 s for episodes, and beat episodes at "
-        "equal loop time on heldout_tools (+0.085 [+0.021, +0.148] paired, 200 tasks); "
-        "episodes beat it on heldout_compose (+0.050), where pivots answer early.",
+        "rollout per group with signal against 25.7 s for episodes, and in 16 min of loop "
+        "beat 8 episode steps (20 min, timed on a busier CPU) on heldout_tools (+0.085 "
+        "[+0.021, +0.148] paired, 200 tasks); episodes beat it on heldout_compose (+0.050), "
+        "where pivots answer early.",
     )
     pivot_share: float = Field(
         0.5,

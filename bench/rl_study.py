@@ -199,7 +199,8 @@ def profile_pivots(params: Path, common: dict[str, object]) -> None:
     stage applies) stops here."""
     if load_params(params).rl.rollouts == "episodes":
         return
-    for key in (k for k in common if k.startswith("pivots.") and k not in BAND_KEYS):
+    key = next((k for k in common if k.startswith("pivots.") and k not in BAND_KEYS), None)
+    if key:
         raise SystemExit(
             f"--set {key}={common[key]}: the runs draw the DAG's data/pivots, profiled with "
             "params.yaml's pivots section: change it there"
