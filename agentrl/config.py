@@ -495,17 +495,18 @@ class RLSection(Strict):
     )
     group_size: int = Field(8, ge=2, description="Rollouts per task (G): the comparison group.")
     rollouts: Literal["episodes", "pivots", "mix"] = Field(
-        "pivots",
+        "episodes",
         description="Where a step's groups come from. episodes: whole multi-turn episodes of "
         "data/synth/rl tasks. pivots: one assistant turn sampled from an intermediate state "
         "of an expert trajectory (a pivot the pivots stage profiled as informative), scored "
         "by a local verifier of functional equivalence with the expert's action (PivotRL, "
         "arXiv 2603.21383). mix: `pivot_share` of the groups from pivots, the rest episodes. "
-        "On the default (2 cores, one sft, 22 steps), pivots with anchors spent 3.3 s of "
-        "rollout per group with signal against 25.7 s for episodes, and in 16 min of loop "
-        "beat 8 episode steps (20 min, timed on a busier CPU) on heldout_tools (+0.085 "
-        "[+0.021, +0.148] paired, 200 tasks); episodes beat it on heldout_compose (+0.050), "
-        "where pivots answer early.",
+        "Measured on 2 cores from one sft (22 steps, paired on 200 tasks a split): pivots "
+        "with anchors spend 3.3 s of rollout per group with signal against 25.7 s for "
+        "episodes and beat 8 episode steps on heldout_tools (+0.085 [+0.021, +0.148]), but "
+        "against sft they lose test (-0.035 [-0.073, -0.004]) and heldout_compose (-0.030, "
+        "answering early), where episodes are the only source that gained beyond the "
+        "interval (+0.040 to +0.070 on two sfts).",
     )
     pivot_share: float = Field(
         0.5,
