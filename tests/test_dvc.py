@@ -148,7 +148,7 @@ METRIC_KEYS = {
     "episodes", "tasks", "success", "success_low", "success_high", "grounded_success",
     "grounded_success_low", "grounded_success_high", "pass_at_1", "pass_at_2", "reward",
     "tool_calls", "tool_call_validity", "tool_error_rate", "turns", "tokens_per_episode",
-    "peak_context", "compactions",
+    "peak_context", "compactions", "first_fault",
 }  # fmt: skip
 SPLITS = {"test", "heldout_tools", "heldout_compose", "long_horizon"}
 
@@ -173,6 +173,8 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
             assert m["episodes"] == 4 and m["tasks"] == 2
             assert m["grounded_success_low"] <= m["grounded_success"] <= m["grounded_success_high"]
             assert m["peak_context"] <= 512
+            faults = m["first_fault"]  # every episode once, the grounded ones as such
+            assert sum(faults.values()) == 4 and faults["grounded"] == m["grounded_success"] * 4
         for category, m in metrics["bfcl"][checkpoint].items():
             assert category in ("simple", "multiple", "parallel") and m["questions"] == 2
             wrong = m["over_context"] + m["parse_error"] + m["no_call"] + m["wrong_call"]
@@ -182,8 +184,8 @@ def test_eval_and_report_end_the_dag_with_traces_and_diff_across_experiments(rep
 
     report = (repo / "reports" / "report.md").read_text()
     assert report.split("\n")[4].startswith("## Did training help? (midtrain → sft, sft → rl)")
-    for heading in ("## Learning curves", "## Evaluation", "## Context strategies", "## BFCL",
-                    "## Lineage"):  # fmt: skip
+    for heading in ("## What went wrong first", "## Learning curves", "## Evaluation",
+                    "## Context strategies", "## BFCL", "## Lineage"):  # fmt: skip
         assert heading in report
     store = f"sqlite:///{repo / 'mlflow.db'}"
     eval_run = producer(store, repo / "reports" / "trajectories")

@@ -174,3 +174,28 @@ def test_the_report_opens_with_the_paired_verdicts(tmp_path) -> None:
     assert "sft 0.500" in rows[0] and "rl 0.300" in rows[0] and "**rl worse**" in rows[0]
     assert "0 / 40 / 200" in rows[0]
     assert "**no measurable difference**" in rows[1]
+
+
+def test_the_report_counts_first_faults_per_split_commonest_first() -> None:
+    from agentrl.eval.failures import breakdown
+    from agentrl.report.build import fault_table
+
+    sft = breakdown(["grounded"] * 9 + ["wrong_value"] * 137 + ["answered_early"] * 54)
+    rl = breakdown(["grounded"] * 23 + ["wrong_value"] * 120 + ["answered_early"] * 57)
+    cells = [
+        {"checkpoint": c, "split": s, "metrics": {"first_fault": f}}
+        for c, f in (("sft", sft), ("rl", rl))
+        for s in ("heldout_compose", "test")
+    ]
+    cells.append({"checkpoint": "rl", "split": "heldout_tools", "metrics": {}})  # older eval
+    lines = fault_table(cells)
+    assert lines[0] == "## What went wrong first"
+    header = next(line for line in lines if line.startswith("| split"))
+    assert header.startswith("| split | checkpoint | wrong_value | answered_early | grounded |")
+    rows = [line for line in lines if line.startswith("| test") or line.startswith("| held")]
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| test", "sft"], ["| test", "rl"], ["| heldout_compose", "sft"],
+        ["| heldout_compose", "rl"],
+    ]  # fmt: skip
+    assert rows[3].startswith("| heldout_compose | rl | 120 | 57 | 23 |")
+    assert fault_table([cells[-1]]) == []

@@ -5,7 +5,10 @@ checkpoint's weights are loaded into it, so the openai engine works the same way
 (checkpoint, variant, split) cell runs the first ``tasks`` tasks of the split (the variant's
 or ``eval.tasks``), ``samples`` episodes each, with the same sampling seed, so cells differ
 only by what they name and two checkpoints' cells pair task by task (``paired``).
-Long-horizon cells are also broken down by the task's horizon (tool calls needed). Each
+Each cell counts its episodes by the first thing that went wrong (``first_fault``: the
+kinds of ``agentrl.eval.failures``, read against the task's expert trajectory), so what
+training fixed shows split by split. Long-horizon cells are also broken down by the
+task's horizon (tool calls needed). Each
 cell keeps where its time went (``timing``: prefill, decode, tools, verify, total seconds);
 timings stay out of metrics/eval.json, which two runs must write byte for byte.
 """
@@ -24,6 +27,7 @@ from agentrl.chat import ChatFormat
 from agentrl.config import ConfigError, EvalSection, HarnessSection
 from agentrl.dataset import iter_records, split_dir
 from agentrl.envs.registry import Registry
+from agentrl.eval.failures import breakdown, failure_kind
 from agentrl.eval.score import score
 from agentrl.harness.engine import Engine
 from agentrl.harness.loop import Harness
@@ -103,11 +107,13 @@ def run_cells(
             runner.close()
         engine_spent = Counter(clock)
         engine_spent.subtract(engine_before)
+        by_id = {r["id"]: r for r in records}
+        faults = [failure_kind(e.to_json(), by_id[e.task_id], fmt) for e in episodes]
         cell = Cell(
             checkpoint,
             variant.name,
             split,
-            score(episodes, cfg.pass_k),
+            score(episodes, cfg.pass_k) | {"first_fault": breakdown(faults)},
             [e for e in episodes if e.sample == 0][: cfg.trajectories],
             outcomes={(e.task_id, e.sample): e.grounded for e in episodes},
             timing=_timing(time.perf_counter() - started, runner.seconds, engine_spent),

@@ -1,5 +1,5 @@
 """reports/report.md: the paired comparison of each checkpoint with the one before it (the
-verdict first), learning curves, the eval table with intervals, the context-strategy
+verdict first), what went wrong first in each checkpoint's failed episodes, learning curves, the eval table with intervals, the context-strategy
 comparison, BFCL, and lineage (params digest, content digest of every stage output), as
 markdown that reads on a git host, with PNGs beside it in reports/figures/. It holds
 nothing but figures of its inputs, so equal inputs give an equal report; commits and
@@ -8,6 +8,7 @@ MLflow run ids are in MLflow (the report run's ``lineage.json``)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,31 @@ def paired_table(metrics: dict[str, Any], params: Params) -> list[str]:
     return [f"## Did training help? ({', '.join(pair_names)})", "", *_table(header, rows)]
 
 
+def fault_table(cells: list[dict[str, Any]]) -> list[str]:
+    """Episodes of each cell by the first thing that went wrong (``first_fault``), split by
+    split and checkpoint beside checkpoint: what training fixed and what it did not. Kinds
+    are columns, the commonest first; cells written before the eval counted faults are
+    left out."""
+    counted = [c for c in cells if "first_fault" in c["metrics"]]
+    if not counted:
+        return []
+    totals: Counter[str] = Counter()
+    for c in counted:
+        totals.update(c["metrics"]["first_fault"])
+    kinds = [kind for kind, _ in totals.most_common()]
+    rows = [[c["split"], c["checkpoint"], *(str(c["metrics"]["first_fault"].get(k, 0)) for k in kinds)]
+            for c in sorted(counted, key=lambda c: EVAL_SPLITS.index(c["split"]))]  # fmt: skip
+    return [
+        "## What went wrong first", "",
+        "Episodes by their first fault against the task's expert trajectory: `wrong_answer` "
+        "had every observation the expert's calls got and answered wrong; `ran_out` hit the "
+        "turn or context limit; the call kinds name the first call the expert never made "
+        "(never recovered from); `answered_early` made only right calls but answered before "
+        "the last one.", "",
+        *_table(["split", "checkpoint", *kinds], rows),
+    ]  # fmt: skip
+
+
 def _pair_row(after: str, before: str, rates: list[float], d: dict[str, Any]) -> list[str]:
     verdict = d["verdict"] if d["verdict"].startswith("no ") else f"{after} {d['verdict']}"
     return [f"{before} {rates[0]:.3f}", f"{after} {rates[1]:.3f}",
@@ -136,6 +162,7 @@ def build_report(params: Params, stages: dict[str, dict[str, str]], figures: Pat
              "checkpoints are paired over the same tasks, with Newcombe's 95% interval, and the "
              "verdict is the interval's: better or worse only when it excludes 0.", ""]  # fmt: skip
     lines += paired_table(metrics, params)
+    lines += ["", *fault_table([c for c in cells if c["variant"] == headline])]
     lines += ["", "## Learning curves", "", "![learning curves](figures/learning_curves.png)", ""]
     for stage in ("midtrain", "sft", "rl"):
         path = Path(paths.metrics) / f"{stage}.json"
