@@ -1,9 +1,10 @@
 """reports/report.md: the paired comparison of each checkpoint with the one before it (the
-verdict first), what went wrong first in each checkpoint's failed episodes, learning curves, the eval table with intervals, the context-strategy
-comparison, BFCL, and lineage (params digest, content digest of every stage output), as
-markdown that reads on a git host, with PNGs beside it in reports/figures/. It holds
-nothing but figures of its inputs, so equal inputs give an equal report; commits and
-MLflow run ids are in MLflow (the report run's ``lineage.json``)."""
+verdict first), what went wrong first in each checkpoint's failed episodes, learning
+curves, the eval table with intervals, the context-strategy comparison, BFCL, and lineage
+(params digest, content digest of every stage output), as markdown that reads on a git
+host, with PNGs beside it in reports/figures/. It holds nothing but figures of its inputs,
+so equal inputs give an equal report; commits and MLflow run ids are in MLflow (the report
+run's ``lineage.json``)."""
 
 from __future__ import annotations
 
