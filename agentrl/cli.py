@@ -93,9 +93,21 @@ def sample(
 
 
 def _harness_options(
-    cfg: Params, context: str | None, engine: str | None, url: str | None, temperature: float | None
+    cfg: Params,
+    context: str | None,
+    engine: str | None,
+    url: str | None,
+    temperature: float | None,
+    variant: str | None = None,
 ) -> HarnessSection:
-    """params.yaml's harness with the command line's options over it, validated."""
+    """params.yaml's harness (with an eval variant's changes, if one is named) and the
+    command line's options over it, validated."""
+    base = cfg.harness
+    if variant is not None:
+        known = [v.name for v in cfg.eval.variants]
+        if variant not in known:
+            raise ConfigError(f"--variant: {variant!r} is not an eval variant ({', '.join(known)})")
+        base = cfg.eval.variant(variant).applied_to(base)
     overrides = {
         "context": context,
         "engine": engine,
@@ -104,7 +116,7 @@ def _harness_options(
     }
     overrides = {key: value for key, value in overrides.items() if value is not None}
     try:
-        return HarnessSection.model_validate(cfg.harness.model_dump() | overrides)
+        return HarnessSection.model_validate(base.model_dump() | overrides)
     except ValueError as err:
         problem = err.errors()[0]
         option = str(problem["loc"][0]).replace("engine_", "")
@@ -124,15 +136,21 @@ def rollout(
     temperature: float | None = typer.Option(
         None, help="sampling temperature (0: greedy); default harness.temperature"
     ),
+    variant: str | None = typer.Option(
+        None, help="run with this eval variant's harness (the options above still apply)"
+    ),
     path: ParamsFile = Path("params.yaml"),
 ) -> None:
-    """Run a model through the agent harness on a split; write trajectories, print figures."""
+    """Run a model through the agent harness on a split; write trajectories, print figures.
+    With ``--variant`` the turn budget must fit the split's expert trajectories, as in the
+    eval stage."""
     import torch
 
     from agentrl.atomic import write_text_atomic
     from agentrl.chat import get_format
     from agentrl.dataset import iter_records
     from agentrl.envs.registry import load_registry
+    from agentrl.eval.suite import check_turn_budget, max_turns_key
     from agentrl.harness.build import build_engine
     from agentrl.harness.loop import Harness
     from agentrl.harness.metrics import summarize
@@ -140,10 +158,13 @@ def rollout(
 
     cfg = _params(path)
     precision = stage_precision(cfg.base.precision, str(path))
-    harness_cfg = _harness_options(cfg, context, engine, url, temperature)
+    harness_cfg = _harness_options(cfg, context, engine, url, temperature, variant)
     fmt = get_format(cfg.model.format)
     registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, str(path))
     records = list(iter_records(Path(cfg.base.paths.data) / "synth", split, n))
+    if variant is not None:
+        key = f"{path}: {max_turns_key(cfg.eval.variant(variant))}"
+        check_turn_budget(records, harness_cfg.max_turns, key, split)
     policy_engine, tokenizer = build_engine(harness_cfg, model, fmt, precision)
     torch.manual_seed(cfg.base.seed)
     harness = Harness(policy_engine, tokenizer, fmt, registry, harness_cfg)

@@ -433,7 +433,13 @@ class HarnessSection(Strict):
         "agentrl/sglang POST /update_weights_from_disk; vllm POST /collective_rpc "
         "reload_weights + /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1).",
     )
-    max_turns: int = Field(6, ge=1, description="Assistant turns before an episode is cut off.")
+    max_turns: int = Field(
+        6,
+        ge=1,
+        description="Assistant turns before an episode is cut off (summary requests count). "
+        "rl trains under it; an eval variant may set its own, and the eval stage refuses one "
+        "under the longest expert trajectory of a split it runs.",
+    )
     max_new_tokens: int = Field(128, ge=1, description="Tokens one assistant turn may generate.")
     context_limit: int = Field(
         1024, ge=64, description="Peak context in tokens; never exceeded (prompt + generation)."
@@ -789,12 +795,19 @@ class EvalSection(Strict):
         default_factory=lambda: [
             EvalVariant(
                 name="greedy",
-                harness={"temperature": 0.0},
+                harness={"temperature": 0.0, "max_turns": 10},
                 splits=["test", "heldout_tools", "heldout_compose"],
             ),
             EvalVariant(name="sampled", splits=["test"], tasks=100),
             EvalVariant(
-                name="summary", harness={"context": "summary"}, splits=["long_horizon"], tasks=100
+                name="summary",
+                harness={
+                    "context": "summary",
+                    "summary_at": 0.85,
+                    "max_turns": 24,
+                    "temperature": 0.0,
+                },
+                splits=["long_horizon"],
             ),
         ],
         min_length=1,

@@ -20,6 +20,7 @@ from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import Registry
+from agentrl.eval.suite import check_turn_budget
 from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.harness.metrics import summarize
@@ -33,12 +34,15 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=24)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--large", type=int, default=4096, help="context_limit of `none`")
-    parser.add_argument("--max-turns", type=int, default=16)
+    parser.add_argument(
+        "--max-turns", type=int, default=24, help="at least the longest expert's (summaries count)"
+    )
     args = parser.parse_args()
     params = load_params(args.params)
     fmt = get_format(params.model.format)
     model, tokenizer = load_model_dir(Path(args.model), fmt)
     records = list(iter_records(Path(params.base.paths.data) / "synth", "long_horizon", args.tasks))
+    check_turn_budget(records, args.max_turns, "--max-turns", "long_horizon")
     registry = Registry(params.synth.envs, params.synth.heldout_tool_share)
     print(
         f"{len(records)} long_horizon tasks x {args.samples} samples, model={args.model}, "

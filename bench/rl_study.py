@@ -10,17 +10,18 @@ pairs each arm with its control. A run whose params equal the workspace's (an ar
 that params.yaml already names) adopts ``models/rl`` of the DAG when ``dvc status rl`` says
 it is up to date, rather than training the same weights again. The random-reward control
 changes only the reward: it keeps the recipe's advantage estimator and every other knob.
-With pivot rollouts (``rl.rollouts`` pivots or mix, the default) every run draws the DAG's
+With pivot rollouts (``rl.rollouts`` pivots or mix) every run draws the DAG's
 ``data/pivots``, so the study first brings the pivots stage up to date (``dvc repro
 pivots``, about half an hour on 2 cores when models/sft is new).
 
 Each arm x seed is a real rl stage run (``stages/rl.py``) from ``models/sft`` with the
 params.yaml in force plus the arm's overrides and ``rl.seed``, in its own directory under
 --out (models, checkpoints, metrics, MLflow store). Every checkpoint, sft included, is then
-run through the harness greedy (the eval stage's headline; ``long_horizon`` with the
-summary restart) on the evaluation splits (worlds never seen in training), and scored by
-**grounded** success: the verifier's verdict and an
-answer read off a tool observation of that episode. Rates get Wilson 95% intervals per run
+run through the harness on the evaluation splits (worlds never seen in training), each
+split under the first eval variant that runs it (greedy; ``long_horizon`` with its context
+strategy and turn budget), and scored by **grounded** success: the verifier's verdict and
+an answer read off a tool observation of that episode. A study that resumes evaluates
+what its finished runs lack, and again a split whose variant has changed since. Rates get Wilson 95% intervals per run
 and mean ± std over seeds per arm. Every run sees the same tasks, so differences are paired
 (``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, each arm
 pooled over its seeds against sft, against the random-reward control and (gigpo) against
@@ -45,7 +46,7 @@ from pathlib import Path
 import yaml
 
 from agentrl.chat import get_format
-from agentrl.config import load_params
+from agentrl.config import EVAL_SPLITS, EvalVariant, load_params
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, failure_kind
 from agentrl.precision import cpu_model
@@ -59,8 +60,6 @@ ARMS = {
     "random": {"rl.reward": "random"},  # the recipe's estimator: only the reward differs
 }
 SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
-# long_horizon tasks outgrow the context: they run with the model-written summary restart
-SPLIT_CONTEXT = {"long_horizon": "summary"}
 ABLATION_SPLITS = ("heldout_tools", "heldout_compose")
 # arm pairs reported besides each arm against sft and against the random control
 HEAD_TO_HEAD = (("gigpo", "grpo"),)
@@ -146,21 +145,16 @@ def workspace_rl(run_params_path: Path, workspace_params: Path) -> Path | None:
 
 
 def rollout_cell(
-    model: Path,
-    params: Path,
-    split: str,
-    n: int,
-    temperature: float,
-    out: Path,
-    context: str | None = None,
+    model: Path, params: Path, split: str, n: int, variant: str, out: Path
 ) -> dict[str, list]:
     """Grounded outcomes of ``model`` on the first ``n`` tasks of ``split`` (one episode
-    each, ``agentrl rollout``: the eval stage's engine, precision and seed), by task, with
-    each failure's kind; the trajectories stay in ``out``."""
+    each, ``agentrl rollout`` under the eval variant ``variant``: the eval stage's engine,
+    harness, precision and seed), by task, with each failure's kind; the trajectories stay
+    in ``out``."""
     subprocess.run(
         [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
-         split, "--n", str(n), "--temperature", str(temperature), "--params", str(params),
-         "--out", str(out), *(["--context", context] if context else [])],
+         split, "--n", str(n), "--variant", variant, "--params", str(params),
+         "--out", str(out)],
         check=True,
     )  # fmt: skip
     episodes = [json.loads(line) for line in out.read_text().splitlines()]
@@ -208,18 +202,48 @@ def profile_pivots(params: Path, common: dict[str, object]) -> None:
     subprocess.run(["dvc", "repro", "pivots"], check=True)
 
 
-def evaluate(model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int) -> dict:
-    """``model_dir`` greedy on the first ``n`` tasks of every split (the eval stage's
-    headline), long_horizon with the summary restart."""
-    out = {}
+def split_variants(params: Path, splits: tuple[str, ...]) -> dict[str, EvalVariant]:
+    """The eval variant each split runs under: the first of ``eval.variants`` that lists
+    it (the headline greedy one for most; long_horizon's own, with its context strategy
+    and turn budget), so the study scores what the eval stage scores."""
+    variants = load_params(params).eval.variants
+    chosen = {}
     for split in splits:
+        chosen[split] = next((v for v in variants if split in (v.splits or EVAL_SPLITS)), None)
+        if chosen[split] is None:
+            raise SystemExit(f"--splits: no eval variant of {params} runs {split!r}")
+    return chosen
+
+
+def stale_splits(done: dict, variants: dict[str, EvalVariant], n: int) -> list[str]:
+    """Splits of ``variants`` that ``done`` (a run's evaluation so far) lacks, or ran on
+    other than ``n`` tasks or under other harness changes than the variant's now."""
+    return [
+        split
+        for split, variant in variants.items()
+        if done.get(split, {}).get("harness") != variant.harness or done[split]["n"] != n
+    ]
+
+
+def evaluate(
+    model_dir: Path, params_path: Path, splits: tuple[str, ...], n: int, done: dict | None = None
+) -> dict:
+    """``model_dir`` on the first ``n`` tasks of every split, under the split's eval variant
+    (``split_variants``). A split in ``done`` (an earlier evaluation) is kept when it ran
+    the same tasks under the same harness changes, else run again."""
+    out = dict(done or {})
+    variants = split_variants(params_path, splits)
+    for split in stale_splits(out, variants, n):
+        variant = variants[split]
         cell = rollout_cell(
-            model_dir, params_path, split, n, 0.0,
-            params_path.parent / f"{model_dir.name}.{split}.jsonl", SPLIT_CONTEXT.get(split),
+            model_dir, params_path, split, n, variant.name,
+            params_path.parent / f"{model_dir.name}.{split}.jsonl",
         )  # fmt: skip
         out[split] = {
             "grounded": sum(cell["grounded"]),
             "n": len(cell["grounded"]),
+            "variant": variant.name,
+            "harness": variant.harness,
             "outcomes": cell["grounded"],  # task order: pairs across runs
             "failures": cell["failures"],
         }
@@ -264,34 +288,47 @@ def main() -> None:
     pin_sft(
         results.setdefault("sft", {}), Path(base["base"]["paths"]["models"]) / "sft", results_path
     )
-    if "eval" not in results["sft"]:
-        started = time.perf_counter()
-        results["sft"]["eval"] = evaluate(
-            args.out / "sft/models/sft", sft_params, splits, args.eval_n
-        )
-        print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
-        save()
-    if args.midtrain_ablation and "sft_from_base" not in results:
+    started = time.perf_counter()
+    results["sft"]["eval"] = evaluate(
+        args.out / "sft/models/sft", sft_params, splits, args.eval_n, results["sft"].get("eval")
+    )
+    print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
+    save()
+    if args.midtrain_ablation:
         run_dir = (args.out / "sft_from_base").resolve()
         path = run_params(base, run_dir, common, link=("midtrain", "base"))
-        train_s = run_stage("sft", path, run_dir)
+        if "sft_from_base" not in results:
+            results["sft_from_base"] = {"train_s": round(run_stage("sft", path, run_dir), 1)}
         ablation_splits = tuple(s for s in ABLATION_SPLITS if s in splits)
-        results["sft_from_base"] = {
-            "train_s": round(train_s, 1),
-            "eval": evaluate(run_dir / "models/sft", path, ablation_splits, args.eval_n),
-        }
+        results["sft_from_base"]["eval"] = evaluate(
+            run_dir / "models/sft", path, ablation_splits, args.eval_n,
+            results["sft_from_base"].get("eval"),
+        )  # fmt: skip
         save()
     arms = [a for a in args.arms.split(",") if a != "none"]
     for seed in seeds:
         for arm in arms:
             name = f"{arm}-s{seed}"
-            if name in results:
-                continue
             run_dir = args.out / name
             path = run_params(base, run_dir, {**ARMS[arm], **common, "rl.seed": seed})
+            if name in results:  # trained: evaluate what is missing or ran another harness
+                model = run_dir / "models/rl"
+                if results[name]["adopted"]:
+                    model = workspace_rl(path, Path(args.params))
+                    if model is None:
+                        raise SystemExit(
+                            f"{name}: adopted the DAG's models/rl, which has changed since: "
+                            f"drop {name} from {results_path} to train it"
+                        )
+                results[name]["eval"] = evaluate(
+                    model, path, splits, args.eval_n, results[name]["eval"]
+                )
+                save()
+                continue
             adopted = workspace_rl(path, Path(args.params))
+            trained = (run_dir / "metrics/rl.json").exists()  # by a study stopped before eval
             if adopted is None:
-                train_s = round(run_stage("rl", path, run_dir), 1)
+                train_s = None if trained else round(run_stage("rl", path, run_dir), 1)
                 rl_metrics = json.loads((run_dir / "metrics/rl.json").read_text())
                 model = run_dir / "models/rl"
             else:  # the DAG's rl stage trained exactly this run
@@ -331,7 +368,9 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
     random control and its head-to-head rival; the first fault of failed episodes."""
     sft = results["sft"]
     made = f"sft `{sft.get('digest', '?')}`, made on {sft.get('cpu', 'a CPU not recorded')}"
-    lines = [made, "", "## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
+    ran = [f"{s} {sft['eval'][s]['variant']} `{json.dumps(sft['eval'][s]['harness'])}`"
+           for s in splits if "variant" in sft["eval"].get(s, {})]  # fmt: skip
+    lines = [made, "", f"Eval variant of each split: {'; '.join(ran)}.", "", "## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
              for s in splits) + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
         cells = []

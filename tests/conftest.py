@@ -164,9 +164,13 @@ def project_params(**train) -> dict:
         "seed": 0,  # present: `dvc exp run -S eval.seed=1` overrides it
         "pass_k": [1, 2],
         "trajectories": 1,
-        "variants": [
-            {"name": "sampled"},
-            {"name": "summary", "harness": {"context": "summary"}, "splits": ["long_horizon"]},
+        "variants": [  # turn budgets over the longest expert trajectory (the stage checks)
+            {"name": "sampled", "harness": {"max_turns": 14}},
+            {
+                "name": "summary",
+                "harness": {"context": "summary", "max_turns": 20},
+                "splits": ["long_horizon"],
+            },
         ],
         # dvc.yaml names these keys: they must be written out, as in params.yaml
         "bfcl": {

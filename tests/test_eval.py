@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import project_params, write_params
 
@@ -117,18 +119,28 @@ def test_each_checkpoint_is_paired_with_the_one_before_it_task_by_task() -> None
     assert set(paired(cells, ["midtrain", "sft", "rl"])) == {"rl-sft"}  # midtrain not run
 
 
-def test_eval_refuses_more_tasks_than_a_split_holds(tmp_path) -> None:
-    from agentrl.config import EvalSection
-    from agentrl.eval.suite import check_task_counts
+def test_eval_refuses_more_tasks_than_a_split_holds_or_turns_than_it_allows(tmp_path) -> None:
+    from agentrl.config import EvalSection, HarnessSection
+    from agentrl.eval.suite import check_cells
 
     split = tmp_path / "eval" / "test"
     split.mkdir(parents=True)
-    (split / "shard-00000.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
-    cfg = EvalSection(variants=[{"name": "g", "splits": ["test"]}], tasks=2)
-    check_task_counts(cfg, tmp_path, "params.yaml")
+    lines = [{"id": "a", "meta": {"turns": 3}}, {"id": "b", "meta": {"turns": 9}}]
+    (split / "shard-00000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    harness = HarnessSection(max_turns=6)
+    fits = EvalSection(variants=[{"name": "g", "splits": ["test"], "harness": {"max_turns": 9}}])
+    check_cells(fits.model_copy(update={"tasks": 2}), harness, tmp_path, "params.yaml")
     too_many = EvalSection(variants=[{"name": "g", "splits": ["test"], "tasks": 3}])
     with pytest.raises(ConfigError, match=r"params.yaml: eval.variants.g.tasks: 3 tasks of test"):
-        check_task_counts(too_many, tmp_path, "params.yaml")
+        check_cells(too_many, harness, tmp_path, "params.yaml")
+    short = EvalSection(variants=[{"name": "g", "splits": ["test"]}], tasks=2)
+    with pytest.raises(
+        ConfigError,
+        match=r"params.yaml: harness.max_turns: 6, but test's expert trajectories take up to 9",
+    ):
+        check_cells(short, harness, tmp_path, "params.yaml")
+    just_one = short.model_copy(update={"tasks": 1})  # the 9-turn task is not run
+    check_cells(just_one, harness, tmp_path, "params.yaml")
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def test_executor_runs_episodes_concurrently_and_times_out() -> None:
     executor.close()
 
 
-def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
+def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy_or_turn_budget(
     setup, dataset: Path, tmp_path: Path
 ) -> None:
     import json
@@ -223,6 +223,8 @@ def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
     params = small_params()
     params["model"] = TINY_MODEL
     params["base"]["paths"] = {"data": str(tmp_path / "data")}
+    tight = {"name": "tight", "harness": {"max_turns": 1}, "splits": ["test"]}
+    params["eval"] = {"tasks": 3, "variants": [{"name": "greedy", "splits": ["test"]}, tight]}
     write_params(tmp_path / "params.yaml", params)
     out = tmp_path / "runs" / "test.jsonl"
     command = [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model_dir)]
@@ -235,6 +237,13 @@ def test_rollout_cli_writes_trajectories_and_rejects_a_bad_strategy(
     assert all(len(s["ids"]) == len(s["loss_mask"]) for e in episodes for s in e["segments"])
     bad = subprocess.run([*command, "--context", "telepathy"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--context: 'telepathy'" in bad.stderr
+    unknown = subprocess.run([*command, "--variant", "psychic"], capture_output=True, text=True)
+    assert (
+        unknown.returncode == 2 and "--variant: 'psychic' is not an eval variant" in unknown.stderr
+    )
+    cut = subprocess.run([*command, "--variant", "tight"], capture_output=True, text=True)
+    assert cut.returncode == 2, cut.stderr[-2000:]
+    assert "eval.variants.tight.harness.max_turns: 1, but test's expert trajectories" in cut.stderr
 
 
 class RuleEngine:

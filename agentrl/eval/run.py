@@ -29,7 +29,7 @@ from agentrl.chat import get_format
 from agentrl.config import CONTEXT_STRATEGIES, Params
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
-from agentrl.eval.suite import Cell, check_task_counts, nest, paired, run_cells
+from agentrl.eval.suite import Cell, check_cells, nest, paired, run_cells
 from agentrl.eval.traces import log_episode_trace
 from agentrl.harness.build import build_engine
 from agentrl.outputs import write_metrics, write_plot
@@ -94,7 +94,7 @@ def eval_stage(params: Params) -> dict[str, Any]:
     if cfg.bfcl.categories and not (bfcl_dir / "source.json").is_file():
         raise StageError(f"{bfcl_dir}: no BFCL data (eval.bfcl.categories); run the bfcl stage")
     registry = load_registry(params.synth.envs, params.synth.heldout_tool_share, params.file)
-    check_task_counts(cfg, data, params.file)
+    check_cells(cfg, params.harness, data, params.file)
     sections = {
         "eval": params.section_dict("eval"),
         "harness": params.section_dict("harness"),

@@ -8,9 +8,9 @@ only by what they name and two checkpoints' cells pair task by task (``paired``)
 Each cell counts its episodes by the first thing that went wrong (``first_fault``: the
 kinds of ``agentrl.eval.failures``, read against the task's expert trajectory), so what
 training fixed shows split by split. Long-horizon cells are also broken down by the
-task's horizon (tool calls needed). Each
-cell keeps where its time went (``timing``: prefill, decode, tools, verify, total seconds);
-timings stay out of metrics/eval.json, which two runs must write byte for byte.
+task's horizon (tool calls needed). Each cell keeps where its time went (``timing``:
+prefill, decode, tools, verify, total seconds); timings stay out of metrics/eval.json,
+which two runs must write byte for byte.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.chat import ChatFormat
-from agentrl.config import ConfigError, EvalSection, HarnessSection
+from agentrl.config import ConfigError, EvalSection, EvalVariant, HarnessSection
 from agentrl.dataset import iter_records, split_dir
 from agentrl.envs.registry import Registry
 from agentrl.eval.failures import breakdown, failure_kind
@@ -67,16 +67,38 @@ def horizon_breakdown(episodes: list[Episode], records: list[dict[str, Any]]) ->
     return out
 
 
-def check_task_counts(cfg: EvalSection, data_root: Path, file: str) -> None:
-    """Every cell's split holds the tasks it asks for (before any model is loaded)."""
+def check_cells(cfg: EvalSection, harness: HarnessSection, data_root: Path, file: str) -> None:
+    """Every cell's split holds the tasks it asks for, and its turn budget fits them: no
+    task needs more assistant turns in its expert trajectory than the cell allows (a cell
+    cut short measures its cap, not the model). Checked before any model is loaded."""
     for variant, split, tasks in cfg.cells():
-        held = sum(1 for _ in iter_records(data_root, split, tasks))
-        if held < tasks:
+        records = list(iter_records(data_root, split, tasks))
+        if len(records) < tasks:
             key = f"eval.variants.{variant.name}.tasks" if variant.tasks else "eval.tasks"
             raise ConfigError(
                 f"{file}: {key}: {tasks} tasks of {split} (variant {variant.name!r}), but "
-                f"{split_dir(data_root, split)} holds {held}"
+                f"{split_dir(data_root, split)} holds {len(records)}"
             )
+        turns = variant.applied_to(harness).max_turns
+        check_turn_budget(records, turns, f"{file}: {max_turns_key(variant)}", split)
+
+
+def max_turns_key(variant: EvalVariant) -> str:
+    """The params key that sets ``variant``'s turn budget."""
+    if "max_turns" in variant.harness:
+        return f"eval.variants.{variant.name}.harness.max_turns"
+    return "harness.max_turns"
+
+
+def check_turn_budget(records: list[dict[str, Any]], max_turns: int, key: str, split: str) -> None:
+    """Stop when an expert trajectory of ``records`` takes more assistant turns than
+    ``max_turns`` (``key`` names the setting)."""
+    longest = max((r["meta"]["turns"] for r in records), default=0)
+    if longest > max_turns:
+        raise ConfigError(
+            f"{key}: {max_turns}, but {split}'s expert trajectories take up to {longest} "
+            "assistant turns: those tasks could not be finished"
+        )
 
 
 def run_cells(
