@@ -195,19 +195,25 @@ def test_the_report_counts_first_faults_per_split_commonest_first() -> None:
     sft = breakdown(["grounded"] * 9 + ["wrong_value"] * 137 + ["answered_early"] * 54)
     rl = breakdown(["grounded"] * 23 + ["wrong_value"] * 120 + ["answered_early"] * 57)
     cells = [
-        {"checkpoint": c, "split": s, "metrics": {"first_fault": f}}
+        {"checkpoint": c, "variant": v, "split": s, "metrics": {"first_fault": f}}
+        for v in ("greedy", "sampled")  # a split's first variant only: the headline
         for c, f in (("sft", sft), ("rl", rl))
         for s in ("heldout_compose", "test")
     ]
-    cells.append({"checkpoint": "rl", "split": "heldout_tools", "metrics": {}})  # older eval
+    cells.append({"checkpoint": "rl", "variant": "greedy", "split": "heldout_tools", "metrics": {}})
+    cells += [{"checkpoint": c, "variant": "summary", "split": "long_horizon",
+               "metrics": {"first_fault": sft}} for c in ("sft", "rl")]  # fmt: skip
     lines = fault_table(cells)
     assert lines[0] == "## What went wrong first"
     header = next(line for line in lines if line.startswith("| split"))
-    assert header.startswith("| split | checkpoint | wrong_value | answered_early | grounded |")
-    rows = [line for line in lines if line.startswith("| test") or line.startswith("| held")]
-    assert [r.split(" | ")[:2] for r in rows] == [
-        ["| test", "sft"], ["| test", "rl"], ["| heldout_compose", "sft"],
-        ["| heldout_compose", "rl"],
+    assert header.startswith(
+        "| split | variant | checkpoint | wrong_value | answered_early | grounded |"
+    )
+    rows = [line for line in lines if line.startswith(("| test", "| held", "| long"))]
+    assert [r.split(" | ")[:3] for r in rows] == [
+        ["| test", "greedy", "sft"], ["| test", "greedy", "rl"],
+        ["| heldout_compose", "greedy", "sft"], ["| heldout_compose", "greedy", "rl"],
+        ["| long_horizon", "summary", "sft"], ["| long_horizon", "summary", "rl"],
     ]  # fmt: skip
-    assert rows[3].startswith("| heldout_compose | rl | 120 | 57 | 23 |")
-    assert fault_table([cells[-1]]) == []
+    assert rows[3].startswith("| heldout_compose | greedy | rl | 120 | 57 | 23 |")
+    assert fault_table([cells[8]]) == []  # the older eval's cell

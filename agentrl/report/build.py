@@ -88,17 +88,24 @@ def paired_table(metrics: dict[str, Any], params: Params) -> list[str]:
 
 def fault_table(cells: list[dict[str, Any]]) -> list[str]:
     """Episodes of each cell by the first thing that went wrong (``first_fault``), split by
-    split and checkpoint beside checkpoint: what training fixed and what it did not. Kinds
-    are columns, the commonest first; cells written before the eval counted faults are
-    left out."""
-    counted = [c for c in cells if "first_fault" in c["metrics"]]
+    split under the first variant that runs it (the headline; long_horizon's own context
+    strategy) and checkpoint beside checkpoint: what training fixed and what it did not.
+    Kinds are columns, the commonest first; cells written before the eval counted faults
+    are left out."""
+    first: dict[str, str] = {}
+    for c in cells:
+        first.setdefault(c["split"], c["variant"])
+    counted = [
+        c for c in cells if "first_fault" in c["metrics"] and first[c["split"]] == c["variant"]
+    ]
     if not counted:
         return []
     totals: Counter[str] = Counter()
     for c in counted:
         totals.update(c["metrics"]["first_fault"])
     kinds = [kind for kind, _ in totals.most_common()]
-    rows = [[c["split"], c["checkpoint"], *(str(c["metrics"]["first_fault"].get(k, 0)) for k in kinds)]
+    rows = [[c["split"], c["variant"], c["checkpoint"],
+             *(str(c["metrics"]["first_fault"].get(k, 0)) for k in kinds)]
             for c in sorted(counted, key=lambda c: EVAL_SPLITS.index(c["split"]))]  # fmt: skip
     return [
         "## What went wrong first", "",
@@ -107,7 +114,7 @@ def fault_table(cells: list[dict[str, Any]]) -> list[str]:
         "turn or context limit; the call kinds name the first call the expert never made "
         "(never recovered from); `answered_early` made only right calls but answered before "
         "the last one.", "",
-        *_table(["split", "checkpoint", *kinds], rows),
+        *_table(["split", "variant", "checkpoint", *kinds], rows),
     ]  # fmt: skip
 
 
@@ -163,7 +170,7 @@ def build_report(params: Params, stages: dict[str, dict[str, str]], figures: Pat
              "checkpoints are paired over the same tasks, with Newcombe's 95% interval, and the "
              "verdict is the interval's: better or worse only when it excludes 0.", ""]  # fmt: skip
     lines += paired_table(metrics, params)
-    lines += ["", *fault_table([c for c in cells if c["variant"] == headline])]
+    lines += ["", *fault_table(cells)]
     lines += ["", "## Learning curves", "", "![learning curves](figures/learning_curves.png)", ""]
     for stage in ("midtrain", "sft", "rl"):
         path = Path(paths.metrics) / f"{stage}.json"
