@@ -402,10 +402,11 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
                 rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
                 cells += [str(over_seeds(rates)) if rates else "–", pooled(runs, controls, s)]
             lines.append(f"| {arm} | {len(runs)} | {rival} | " + " | ".join(cells) + " |")
-    lines += ["", "## Episodes by first fault (all splits)", "",
+    lines += ["", f"## Episodes by first fault ({', '.join(splits)})", "",
               "| run | " + " | ".join(FAILURES) + " |", "|---" * (len(FAILURES) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
-        counts = breakdown([k for cell in result["eval"].values() for k in cell["failures"]])
+        shown = [result["eval"][s] for s in splits if s in result["eval"]]
+        counts = breakdown([k for cell in shown for k in cell["failures"]])
         lines.append(f"| {name} | " + " | ".join(str(counts[f]) for f in FAILURES) + " |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
