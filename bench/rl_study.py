@@ -21,12 +21,12 @@ run through the harness on the evaluation splits (worlds never seen in training)
 split under the first eval variant that runs it (greedy; ``long_horizon`` with its context
 strategy and turn budget), and scored by **grounded** success: the verifier's verdict and
 an answer read off a tool observation of that episode. A study that resumes evaluates
-what its finished runs lack, and again a split whose variant has changed since. Rates get Wilson 95% intervals per run
-and mean ± std over seeds per arm. Every run sees the same tasks, so differences are paired
-(``agentrl.stats.paired_difference``, as the eval stage's): each run against sft, each arm
-pooled over its seeds against sft, against the random-reward control and (gigpo) against
-grpo, pairing seed with seed and task with task (the
-simplification, stated: the (task, seed) pairs of an arm are treated as independent,
+what its finished runs lack, and again a split whose variant has changed since. Rates get
+Wilson 95% intervals per run and mean ± std over seeds per arm. Every run sees the same
+tasks, so differences are paired (``agentrl.stats.paired_difference``, as the eval
+stage's): each run against sft, each arm pooled over its seeds against sft, against the
+random-reward control and (gigpo) against grpo, pairing seed with seed and task with task
+(the simplification, stated: the (task, seed) pairs of an arm are treated as independent,
 though a task recurs once per seed). The midtrain ablation (sft straight from
 ``models/base``) is scored on the two splits mid-training is meant to move. Writes
 ``<results>/study.json`` and ``<results>/study.md``; runs stay in ``--out``.
