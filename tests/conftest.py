@@ -330,6 +330,7 @@ def dvc_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
     shutil.copy(ROOT / ".gitignore", repo)
+    shutil.copy(ROOT / ".dvcignore", repo)
     write_params(repo / "params.yaml", dvc_project_params())
     repo_ok(repo, "git", "init", "-q")
     repo_ok(repo, "dvc", "init", "-q")
