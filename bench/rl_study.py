@@ -349,13 +349,24 @@ def main() -> None:
     save()
 
 
-def pooled(runs: list[dict], controls: list[dict], split: str) -> str:
+def current(result: dict, sft: dict, split: str) -> dict | None:
+    """``result``'s cell on ``split`` when it ran sft's tasks under sft's harness changes,
+    else None. sft is evaluated first in every study run, so its cells are the current
+    ones: a cell the study has yet to redo (a split added, a variant changed) is left out
+    of every table until it is, never mixed with current ones."""
+    cell, ref = result["eval"].get(split), sft["eval"].get(split)
+    if cell is None or ref is None:
+        return None
+    return cell if (cell.get("harness"), cell["n"]) == (ref.get("harness"), ref["n"]) else None
+
+
+def pooled(runs: list[dict], controls: list[dict], split: str, sft: dict) -> str:
     """``runs`` minus ``controls`` on ``split``, paired run by run (seed with seed) and task
-    by task; '–' where a run lacks the split or predates per-task outcomes."""
+    by task; '–' where a run lacks a current cell of the split or per-task outcomes."""
     before, after = [], []
     for run, control in zip(runs, controls, strict=True):
-        mine = run["eval"].get(split, {}).get("outcomes")
-        theirs = control["eval"].get(split, {}).get("outcomes")
+        mine = (current(run, sft, split) or {}).get("outcomes")
+        theirs = (current(control, sft, split) or {}).get("outcomes")
         if mine is None or theirs is None or len(mine) != len(theirs):
             return "–"
         before += [bool(x) for x in theirs]
@@ -375,9 +386,9 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
     for name, result in results.items():
         cells = []
         for s in splits:
-            cell = result["eval"].get(s)
+            cell = current(result, sft, s)
             cells.append(str(wilson(cell["grounded"], cell["n"])) if cell else "–")
-            cells.append(pooled([result], [sft], s) if name != "sft" and cell else "")
+            cells.append(pooled([result], [sft], s, sft) if name != "sft" and cell else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     by_arm: dict[str, dict[int, dict]] = {}
     for result in results.values():
@@ -399,13 +410,15 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
             controls = [sft if rival == "sft" else by_arm[rival][s] for s in seeds]
             cells = []
             for s in splits:
-                rates = [r["eval"][s]["grounded"] / r["eval"][s]["n"] for r in runs]
-                cells += [str(over_seeds(rates)) if rates else "–", pooled(runs, controls, s)]
+                shown = [current(r, sft, s) for r in runs]
+                rates = [c["grounded"] / c["n"] for c in shown if c]
+                whole = rates and len(rates) == len(runs)  # a mean over some seeds misleads
+                cells += [str(over_seeds(rates)) if whole else "–", pooled(runs, controls, s, sft)]
             lines.append(f"| {arm} | {len(runs)} | {rival} | " + " | ".join(cells) + " |")
     lines += ["", f"## Episodes by first fault ({', '.join(splits)})", "",
               "| run | " + " | ".join(FAILURES) + " |", "|---" * (len(FAILURES) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
-        shown = [result["eval"][s] for s in splits if s in result["eval"]]
+        shown = [cell for s in splits if (cell := current(result, sft, s))]
         counts = breakdown([k for cell in shown for k in cell["failures"]])
         lines.append(f"| {name} | " + " | ".join(str(counts[f]) for f in FAILURES) + " |")
     text = "\n".join(lines) + "\n"

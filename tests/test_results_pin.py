@@ -11,7 +11,7 @@ import yaml
 from conftest import ROOT, small_params, write_params
 
 sys.path.insert(0, str(ROOT / "bench"))
-from rl_study import pin_sft, profile_pivots, split_variants, stale_splits
+from rl_study import pin_sft, profile_pivots, report, split_variants, stale_splits
 
 
 def test_results_pin_their_sft_and_stop_on_another(tmp_path: Path) -> None:
@@ -58,3 +58,40 @@ def test_a_study_scores_each_split_under_its_eval_variant_and_reruns_what_change
     path.write_text(yaml.safe_dump(params))
     with pytest.raises(SystemExit, match=r"no eval variant of .* runs 'long_horizon'"):
         split_variants(path, ("test", "long_horizon"))
+
+
+def test_a_study_report_leaves_out_cells_it_has_yet_to_redo(tmp_path: Path) -> None:
+    """A study that adds a split reports as it goes: until a run's cell of that split is
+    redone under sft's settings, the tables show '–' for it, and never raise on it."""
+    greedy, summary = {"temperature": 0.0}, {"context": "summary"}
+
+    def cell(outcomes: list[int], harness: dict, kind: str = "wrong_value") -> dict:
+        return {"grounded": sum(outcomes), "n": len(outcomes), "variant": "v",
+                "harness": harness, "outcomes": outcomes,
+                "failures": ["grounded" if o else kind for o in outcomes]}  # fmt: skip
+
+    def run(arm: str, evaluated: dict) -> dict:
+        return {"arm": arm, "seed": 0, "train_s": 1.0, "adopted": False, "rl": {},
+                "eval": evaluated}  # fmt: skip
+
+    results = {
+        "sft": {"eval": {"test": cell([1, 0, 0, 0], greedy), "long_horizon": cell([0] * 4, summary)}},
+        "gigpo-s0": run("gigpo", {"test": cell([1, 1, 1, 0], greedy),
+                                  "long_horizon": cell([1, 0, 0, 0], summary)}),
+        "grpo-s0": run("grpo", {"test": cell([1, 1, 0, 0], greedy)}),  # long_horizon not yet
+        "random-s0": run("random", {"test": cell([1, 0, 0, 0], greedy),
+                                    "long_horizon": cell([1] * 2, {}, "ran_out")}),  # stale
+    }  # fmt: skip
+    report(results, ("test", "long_horizon"), tmp_path / "study.md")
+    text = (tmp_path / "study.md").read_text()
+    runs = text.split("## Runs")[1].split("## Arms")[0]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:]
+            for line in runs.splitlines() if line.startswith("| ")}  # fmt: skip
+    assert rows["gigpo-s0"][2].startswith("0.25") and rows["grpo-s0"][2] == "–"
+    assert rows["random-s0"][2] == "–"  # its stale cell is not shown as current
+    arms = text.split("## Arms")[1].split("## Episodes")[0]
+    grpo = next(line for line in arms.splitlines() if line.startswith("| grpo | 1 | sft"))
+    assert grpo.endswith("| – | – |")  # no mean over the seeds that have the split
+    faults = text.split("## Episodes by first fault")[1]
+    random_row = next(line for line in faults.splitlines() if line.startswith("| random-s0"))
+    assert random_row == "| random-s0 | 1 | 0 | 0 | 0 | 0 | 0 | 3 | 0 |"  # test's; not ran_out
