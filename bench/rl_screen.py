@@ -59,7 +59,7 @@ from pathlib import Path
 from statistics import fmean
 
 import yaml
-from rl_study import BAND_KEYS, overrides_of, pin_sft, rollout_cell, run_params, run_stage
+from study_runs import BAND_KEYS, overrides_of, pin_sft, rollout_cell, run_params, run_stage
 
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import FAILURES, breakdown, expert_calls

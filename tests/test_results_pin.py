@@ -11,7 +11,8 @@ import yaml
 from conftest import ROOT, small_params, write_params
 
 sys.path.insert(0, str(ROOT / "bench"))
-from rl_study import pin_sft, profile_pivots, report, split_variants, stale_splits
+from rl_study import profile_pivots, report, split_variants, stale_splits
+from study_runs import pin_sft
 
 
 def test_results_pin_their_sft_and_stop_on_another(tmp_path: Path) -> None:
