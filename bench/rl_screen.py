@@ -59,10 +59,17 @@ from pathlib import Path
 from statistics import fmean
 
 import yaml
-from study_runs import BAND_KEYS, overrides_of, pin_sft, rollout_cell, run_params, run_stage
+from study_runs import (
+    BAND_KEYS,
+    overrides_of,
+    pin_sft,
+    rollout_cell,
+    run_params,
+    run_stage,
+    task_shapes,
+)
 
-from agentrl.dataset import iter_records
-from agentrl.eval.failures import FAILURES, breakdown, expert_calls
+from agentrl.eval.failures import FAILURES, breakdown
 from agentrl.rl.sources import SOURCES
 from agentrl.stats import paired_difference, wilson
 
@@ -326,12 +333,6 @@ def retrain_sft(run_dir: Path, params: dict, overrides: dict[str, object]) -> di
     seconds = run_stage("sft", path, run_dir)
     metrics = json.loads((run_dir / "metrics" / "sft.json").read_text())
     return {"overrides": overrides, "stage_s": round(seconds, 1), "metrics": metrics}
-
-
-def task_shapes(data: Path, split: str, n: int) -> list[str]:
-    """Each of the first ``n`` tasks of ``split`` as family and expert call count
-    ("store×3"): where a checkpoint gains or loses, by the kind of task."""
-    return [f"{r['family']}×{len(expert_calls(r))}" for r in iter_records(data, split, n)]
 
 
 def curve(values: list | None) -> str:

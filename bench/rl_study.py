@@ -28,7 +28,8 @@ stage's): each run against sft, each arm pooled over its seeds against sft, agai
 random-reward control and (gigpo) against grpo, pairing seed with seed and task with task
 (the simplification, stated: the (task, seed) pairs of an arm are treated as independent,
 though a task recurs once per seed). The midtrain ablation (sft straight from
-``models/base``) is scored on the two splits mid-training is meant to move. Writes
+``models/base``) is scored on the two splits mid-training is meant to move. study.md
+also counts grounded episodes by task family × expert calls (where an arm gains). Writes
 ``<results>/study.json`` and ``<results>/study.md``; runs stay in ``--out``.
 """
 
@@ -41,7 +42,15 @@ import time
 from pathlib import Path
 
 import yaml
-from study_runs import BAND_KEYS, overrides_of, pin_sft, rollout_cell, run_params, run_stage
+from study_runs import (
+    BAND_KEYS,
+    overrides_of,
+    pin_sft,
+    rollout_cell,
+    run_params,
+    run_stage,
+    task_shapes,
+)
 
 from agentrl.config import EVAL_SPLITS, EvalVariant, load_params
 from agentrl.eval.failures import FAILURES, breakdown
@@ -171,9 +180,12 @@ def main() -> None:
     results_path = args.results / "study.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
 
+    data = Path(base["base"]["paths"]["data"]) / "synth"
+    shapes = {split: task_shapes(data, split, args.eval_n) for split in splits}
+
     def save() -> None:
         results_path.write_text(json.dumps(results, indent=1))
-        report(results, splits, args.results / "study.md")
+        report(results, splits, args.results / "study.md", shapes)
 
     sft_params = run_params(base, args.out / "sft", common)
     profile_pivots(sft_params, common)
@@ -266,9 +278,31 @@ def pooled(runs: list[dict], controls: list[dict], split: str, sft: dict) -> str
     return str(paired_difference(before, after)) if after else "–"
 
 
-def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
-    """Three tables: every run against sft; every arm over its seeds against sft, the
-    random control and its head-to-head rival; the first fault of failed episodes."""
+def shape_table(split: str, shape: list[str], rows: dict[str, list[dict]], sft: dict) -> list[str]:
+    """Grounded episodes on ``split`` by task family × expert calls (``shape``: the tasks in
+    order), one row per name of ``rows``, its runs' current cells pooled: where an arm
+    gains or loses, by the kind of task."""
+    kinds = sorted(set(shape))
+    lines = ["", f"### {split}", "", "| checkpoint | " + " | ".join(kinds) + " |",
+             "|---" * (len(kinds) + 1) + "|"]  # fmt: skip
+    for name, runs in rows.items():
+        cells = [cell for run in runs if (cell := current(run, sft, split))]
+        if not cells or any(len(c["outcomes"]) != len(shape) for c in cells):
+            continue
+        won = {k: [o for c in cells for o, s in zip(c["outcomes"], shape, strict=True) if s == k]
+               for k in kinds}  # fmt: skip
+        lines.append(
+            f"| {name} | " + " | ".join(f"{sum(won[k])}/{len(won[k])}" for k in kinds) + " |"
+        )
+    return lines
+
+
+def report(
+    results: dict, splits: tuple[str, ...], path: Path, shapes: dict[str, list[str]] | None = None
+) -> None:
+    """Four tables: every run against sft; every arm over its seeds against sft, the
+    random control and its head-to-head rival; the first fault of failed episodes; and
+    grounded episodes by kind of task, each arm's seeds pooled."""
     sft = results["sft"]
     made = f"sft `{sft.get('digest', '?')}`, made on {sft.get('cpu', 'a CPU not recorded')}"
     ran = [f"{s} {sft['eval'][s]['variant']} `{json.dumps(sft['eval'][s]['harness'])}`"
@@ -313,6 +347,14 @@ def report(results: dict, splits: tuple[str, ...], path: Path) -> None:
         shown = [cell for s in splits if (cell := current(result, sft, s))]
         counts = breakdown([k for cell in shown for k in cell["failures"]])
         lines.append(f"| {name} | " + " | ".join(str(counts[f]) for f in FAILURES) + " |")
+    arm_rows = {
+        f"{arm} ({len(runs)} seed{'s' * (len(runs) > 1)})": list(runs.values())
+        for arm, runs in sorted(by_arm.items())
+    }
+    if shapes:
+        lines += ["", "## Grounded episodes by task family × expert calls (seeds pooled)"]
+        for split in splits:
+            lines += shape_table(split, shapes[split], {"sft": [sft]} | arm_rows, sft)
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     print(text)

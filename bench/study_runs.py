@@ -18,7 +18,7 @@ import yaml
 from agentrl.chat import get_format
 from agentrl.config import load_params
 from agentrl.dataset import iter_records
-from agentrl.eval.failures import failure_kind
+from agentrl.eval.failures import expert_calls, failure_kind
 from agentrl.precision import cpu_model
 from agentrl.tracking import content_digest
 
@@ -124,3 +124,9 @@ def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
             "write these results elsewhere (--results)"
         )
     pin.setdefault("cpu", cpu)
+
+
+def task_shapes(data: Path, split: str, n: int) -> list[str]:
+    """Each of the first ``n`` tasks of ``split`` as family and expert call count
+    ("store×3"): where a checkpoint gains or loses, by the kind of task."""
+    return [f"{r['family']}×{len(expert_calls(r))}" for r in iter_records(data, split, n)]

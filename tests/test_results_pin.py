@@ -83,7 +83,8 @@ def test_a_study_report_leaves_out_cells_it_has_yet_to_redo(tmp_path: Path) -> N
         "random-s0": run("random", {"test": cell([1, 0, 0, 0], greedy),
                                     "long_horizon": cell([1] * 2, {}, "ran_out")}),  # stale
     }  # fmt: skip
-    report(results, ("test", "long_horizon"), tmp_path / "study.md")
+    shapes = {"test": ["calculator×1"] * 2 + ["store×2"] * 2, "long_horizon": ["store×9"] * 4}
+    report(results, ("test", "long_horizon"), tmp_path / "study.md", shapes)
     text = (tmp_path / "study.md").read_text()
     runs = text.split("## Runs")[1].split("## Arms")[0]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:]
@@ -96,3 +97,7 @@ def test_a_study_report_leaves_out_cells_it_has_yet_to_redo(tmp_path: Path) -> N
     faults = text.split("## Episodes by first fault")[1]
     random_row = next(line for line in faults.splitlines() if line.startswith("| random-s0"))
     assert random_row == "| random-s0 | 1 | 0 | 0 | 0 | 0 | 0 | 3 | 0 |"  # test's; not ran_out
+    by_shape = text.split("## Grounded episodes by task family")[1]
+    test, long_horizon = by_shape.split("### long_horizon")
+    assert "| gigpo (1 seed) | 2/2 | 1/2 |" in test and "| random (1 seed) | 1/2 | 0/2 |" in test
+    assert "| grpo" not in long_horizon and "| random" not in long_horizon  # not yet redone
