@@ -23,7 +23,8 @@ Each arm is a real rl stage run (``stages/rl.py``) in its own directory under --
 (models, checkpoints, metrics, MLflow store: scratch). Its step count fills --budget-min
 of rl loop time (rollouts, update, sync: the per-step times in MLflow; model loading left
 out) at the seconds a step took in a 2-step probe run. Arms that share the settings a
-step's time depends on (``PACE_KEYS``) share one probe.
+step's time depends on (``PACE_KEYS``) share one probe. An arm that sets ``rl.steps``
+runs that many steps instead (a recipe compared at its own length).
 
 ``screen.json`` names the sft its cells scored (``sft.digest``, the content digest of the
 workspace's ``models/sft`` but its chat template, which no rollout reads) and the CPU that
@@ -32,10 +33,12 @@ bf16 stages reproduce their bytes only on the same kind of CPU (an AMX Xeon's mi
 differs from an AVX512-BF16 EPYC's in the last bits, and capping oneDNN below AMX does not
 bring it back), so a screening that spans sessions needs machines of one kind. Every
 checkpoint, sft included, then runs through the harness with the workspace's params (only
-the model differs) on the first --eval-n tasks of each split, greedy, and on --sampled N
-tasks of ``test`` at temperature 1 (``agentrl rollout``: the eval stage's engine and
-seed). Grounded success is compared task by task (``agentrl.stats.paired_difference``):
-each arm against sft and against --versus.
+the model differs) on the first --eval-n tasks of each split under the eval variant that
+runs it (greedy, with its turn budget), and on --sampled N tasks of ``test`` under
+--sampled-variant (T=1) (``agentrl rollout --variant``: the eval stage's engine, harness
+and seed). A cell records its variant's harness changes; one scored under others is
+scored again when its model is still there. Grounded success is compared task by task
+(``agentrl.stats.paired_difference``): each arm against sft and against --versus.
 
 Every finished cell (a probe's pace, an arm's training figures and curves, a checkpoint's
 outcomes on a split) goes into ``<results>/screen.json`` at once and a rerun skips it, so
@@ -66,9 +69,11 @@ from study_runs import (
     rollout_cell,
     run_params,
     run_stage,
+    split_variants,
     task_shapes,
 )
 
+from agentrl.config import load_params
 from agentrl.eval.failures import FAILURES, breakdown
 from agentrl.rl.sources import SOURCES
 from agentrl.stats import paired_difference, wilson
@@ -193,6 +198,7 @@ def main() -> None:
     parser.add_argument("--eval-n", type=int, default=200, help="greedy tasks per split")
     parser.add_argument("--splits", default="test,heldout_tools")
     parser.add_argument("--sampled", type=int, default=100, help="test tasks at T=1 (0: none)")
+    parser.add_argument("--sampled-variant", default="sampled", help="eval variant of --sampled")
     parser.add_argument("--versus", default="episodes", help="the arm others pair against")
     parser.add_argument("--out", type=Path, default=Path("runs/rl_screen"), help="run dirs")
     parser.add_argument("--results", type=Path, default=Path("reports/rl_screen"))
@@ -201,9 +207,18 @@ def main() -> None:
     base = yaml.safe_load(args.params.read_text())
     common = overrides_of(args.set)
     arms = {spec[0]: common | overrides_of(spec[1:]) for spec in args.arm or DEFAULT_ARMS}
-    # (cell name, split, n, temperature)
-    views = [(s, s, args.eval_n, 0.0) for s in args.splits.split(",")]
-    views += [("test_sampled", "test", args.sampled, 1.0)] if args.sampled else []
+    # (cell name, split, n, eval variant): each split under the variant the eval stage runs
+    # it with (greedy), and test sampled under --sampled-variant
+    cfg = load_params(args.params)
+    variants = split_variants(args.params, tuple(args.splits.split(",")))
+    views = [(s, s, args.eval_n, v) for s, v in variants.items()]
+    if args.sampled:
+        by_name = {v.name: v for v in cfg.eval.variants}
+        if args.sampled_variant not in by_name:
+            raise SystemExit(f"--sampled-variant: {args.params} has no eval variant "
+                             f"{args.sampled_variant!r}")  # fmt: skip
+        views.append(("test_sampled", "test", args.sampled, by_name[args.sampled_variant]))
+    greedy = {view for view, *_, v in views if v.applied_to(cfg.harness).temperature == 0}
     args.out.mkdir(parents=True, exist_ok=True)
     args.results.mkdir(parents=True, exist_ok=True)
     results_path = args.results / "screen.json"
@@ -220,14 +235,16 @@ def main() -> None:
         results_path.write_text(json.dumps(tables, indent=1))
 
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:
-        for view, split, n, temperature in views:
+        for view, split, n, variant in views:
             key = f"{name}.{view}"
-            if key not in cells or len(cells[key]["tasks"]) != n or "failures" not in cells[key]:
+            cell = cells.get(key, {})
+            if len(cell.get("tasks", [])) != n or cell.get("harness") != variant.harness:
                 if not model.is_dir():
-                    print(f"{key}: {model} is gone, the cell stays empty", flush=True)
+                    print(f"{key}: {model} is gone, the cell stays as it was", flush=True)
                     continue
                 jsonl = args.out / f"{key}.jsonl"
-                cells[key] = rollout_cell(model, args.params, split, n, temperature, jsonl)
+                cell = rollout_cell(model, args.params, split, n, variant.name, jsonl)
+                cells[key] = cell | {"variant": variant.name, "harness": variant.harness}
                 save()
         return scored_outcomes(name)
 
@@ -282,6 +299,8 @@ def main() -> None:
                 pace = json.dumps(paced, sort_keys=True)
                 if trained:  # the lost model again, at its own step count
                     steps = results[arm]["steps"]
+                elif "rl.steps" in overrides:  # a recipe's own step count, not the budget's
+                    steps = int(overrides["rl.steps"])
                 else:
                     if pace not in paces:
                         probe = train(
@@ -307,11 +326,11 @@ def main() -> None:
     else:
         outcomes = run_arms()
     kinds = {
-        name: {v: cells[f"{name}.{v}"]["failures"] for v, *_, t in views if t == 0 and v in got}
+        name: {v: cells[f"{name}.{v}"]["failures"] for v, *_ in views if v in greedy and v in got}
         for name, got in outcomes.items()
     }
     data = Path(base["base"]["paths"]["data"]) / "synth"
-    shapes = {v: task_shapes(data, split, n) for v, split, n, t in views if t == 0}
+    shapes = {v: task_shapes(data, split, n) for v, split, n, _ in views if v in greedy}
     report(
         results, sft_arms, outcomes, kinds, shapes, [v for v, *_ in views], args.versus,
         args.results / "screen.md",

@@ -49,10 +49,11 @@ from study_runs import (
     rollout_cell,
     run_params,
     run_stage,
+    split_variants,
     task_shapes,
 )
 
-from agentrl.config import EVAL_SPLITS, EvalVariant, load_params
+from agentrl.config import EvalVariant, load_params
 from agentrl.eval.failures import FAILURES, breakdown
 from agentrl.stats import over_seeds, paired_difference, wilson
 
@@ -101,19 +102,6 @@ def profile_pivots(params: Path, common: dict[str, object]) -> None:
             "params.yaml's pivots section: change it there"
         )
     subprocess.run(["dvc", "repro", "pivots"], check=True)
-
-
-def split_variants(params: Path, splits: tuple[str, ...]) -> dict[str, EvalVariant]:
-    """The eval variant each split runs under: the first of ``eval.variants`` that lists
-    it (the headline greedy one for most; long_horizon's own, with its context strategy
-    and turn budget), so the study scores what the eval stage scores."""
-    variants = load_params(params).eval.variants
-    chosen = {}
-    for split in splits:
-        chosen[split] = next((v for v in variants if split in (v.splits or EVAL_SPLITS)), None)
-        if chosen[split] is None:
-            raise SystemExit(f"--splits: no eval variant of {params} runs {split!r}")
-    return chosen
 
 
 def stale_splits(done: dict, variants: dict[str, EvalVariant], n: int) -> list[str]:

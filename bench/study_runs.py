@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from agentrl.chat import get_format
-from agentrl.config import load_params
+from agentrl.config import EVAL_SPLITS, EvalVariant, load_params
 from agentrl.dataset import iter_records
 from agentrl.eval.failures import expert_calls, failure_kind
 from agentrl.precision import cpu_model
@@ -82,6 +82,19 @@ def run_stage(stage: str, params: Path, run_dir: Path) -> float:
         [sys.executable, f"stages/{stage}.py", "--params", str(params)], env=env, check=True
     )
     return time.perf_counter() - started
+
+
+def split_variants(params: Path, splits: tuple[str, ...]) -> dict[str, EvalVariant]:
+    """The eval variant each split runs under: the first of ``eval.variants`` that lists
+    it (the headline greedy one for most; long_horizon's own, with its context strategy
+    and turn budget), so the study scores what the eval stage scores."""
+    variants = load_params(params).eval.variants
+    chosen = {}
+    for split in splits:
+        chosen[split] = next((v for v in variants if split in (v.splits or EVAL_SPLITS)), None)
+        if chosen[split] is None:
+            raise SystemExit(f"--splits: no eval variant of {params} runs {split!r}")
+    return chosen
 
 
 def rollout_cell(
