@@ -69,6 +69,7 @@ from study_runs import (
     rollout_cell,
     run_params,
     run_stage,
+    scored_under,
     split_variants,
     task_shapes,
 )
@@ -238,7 +239,7 @@ def main() -> None:
         for view, split, n, variant in views:
             key = f"{name}.{view}"
             cell = cells.get(key, {})
-            if len(cell.get("tasks", [])) != n or cell.get("harness") != variant.harness:
+            if not scored_under(cell, n, variant):
                 if not model.is_dir():
                     print(f"{key}: {model} is gone, the cell stays as it was", flush=True)
                     continue

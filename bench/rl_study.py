@@ -49,6 +49,7 @@ from study_runs import (
     rollout_cell,
     run_params,
     run_stage,
+    scored_under,
     split_variants,
     task_shapes,
 )
@@ -107,11 +108,7 @@ def profile_pivots(params: Path, common: dict[str, object]) -> None:
 def stale_splits(done: dict, variants: dict[str, EvalVariant], n: int) -> list[str]:
     """Splits of ``variants`` that ``done`` (a run's evaluation so far) lacks, or ran on
     other than ``n`` tasks or under other harness changes than the variant's now."""
-    return [
-        split
-        for split, variant in variants.items()
-        if done.get(split, {}).get("harness") != variant.harness or done[split]["n"] != n
-    ]
+    return [s for s, variant in variants.items() if not scored_under(done.get(s, {}), n, variant)]
 
 
 def evaluate(

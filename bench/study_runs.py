@@ -97,6 +97,22 @@ def split_variants(params: Path, splits: tuple[str, ...]) -> dict[str, EvalVaria
     return chosen
 
 
+def scored_under(cell: dict, n: int, variant: EvalVariant) -> bool:
+    """Whether a checkpoint's cell on a split ran ``n`` tasks under ``variant``'s harness
+    changes; one that did not is scored again. Study cells count their tasks in ``n``,
+    screen cells list them.
+
+    >>> greedy = EvalVariant(name="greedy", harness={"temperature": 0.0})
+    >>> scored_under({"n": 200, "harness": {"temperature": 0.0}}, 200, greedy)
+    True
+    >>> scored_under({"tasks": ["a", "b"], "harness": {"temperature": 0.0}}, 200, greedy)
+    False
+    >>> scored_under({"n": 200}, 200, greedy)  # scored before cells named their variant
+    False
+    """
+    return cell.get("harness") == variant.harness and cell.get("n", len(cell.get("tasks", ()))) == n
+
+
 def rollout_cell(
     model: Path, params: Path, split: str, n: int, variant: str, out: Path
 ) -> dict[str, list]:

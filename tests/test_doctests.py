@@ -1,9 +1,11 @@
-"""The examples in docstrings run: every module of agentrl/ and flows/ that has one."""
+"""The examples in docstrings run: every module of agentrl/, flows/ and bench/ that has one
+(bench scripts import their neighbours by name, so bench/ is on the path)."""
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ MODULES = sorted(
     for folder in ("agentrl", "flows")
     for path in (ROOT / folder).rglob("*.py")
     if ">>> " in path.read_text(encoding="utf-8")
-)
+) + sorted(path.stem for path in (ROOT / "bench").glob("*.py") if ">>> " in path.read_text())
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def test_the_reward_functions_have_examples() -> None:
