@@ -214,11 +214,11 @@ def main() -> None:
     variants = split_variants(args.params, tuple(args.splits.split(",")))
     views = [(s, s, args.eval_n, v) for s, v in variants.items()]
     if args.sampled:
-        by_name = {v.name: v for v in cfg.eval.variants}
-        if args.sampled_variant not in by_name:
+        if args.sampled_variant not in [v.name for v in cfg.eval.variants]:
             raise SystemExit(f"--sampled-variant: {args.params} has no eval variant "
                              f"{args.sampled_variant!r}")  # fmt: skip
-        views.append(("test_sampled", "test", args.sampled, by_name[args.sampled_variant]))
+        sampled = cfg.eval.variant(args.sampled_variant)
+        views.append(("test_sampled", "test", args.sampled, sampled))
     greedy = {view for view, *_, v in views if v.applied_to(cfg.harness).temperature == 0}
     args.out.mkdir(parents=True, exist_ok=True)
     args.results.mkdir(parents=True, exist_ok=True)
@@ -238,14 +238,12 @@ def main() -> None:
     def evaluate(name: str, model: Path) -> dict[str, list[int]]:
         for view, split, n, variant in views:
             key = f"{name}.{view}"
-            cell = cells.get(key, {})
-            if not scored_under(cell, n, variant):
+            if not scored_under(cells.get(key, {}), n, variant):
                 if not model.is_dir():
                     print(f"{key}: {model} is gone, the cell stays as it was", flush=True)
                     continue
                 jsonl = args.out / f"{key}.jsonl"
-                cell = rollout_cell(model, args.params, split, n, variant.name, jsonl)
-                cells[key] = cell | {"variant": variant.name, "harness": variant.harness}
+                cells[key] = rollout_cell(model, args.params, split, n, variant, jsonl)
                 save()
         return scored_outcomes(name)
 

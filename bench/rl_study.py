@@ -120,16 +120,15 @@ def evaluate(
     out = dict(done or {})
     variants = split_variants(params_path, splits)
     for split in stale_splits(out, variants, n):
-        variant = variants[split]
         cell = rollout_cell(
-            model_dir, params_path, split, n, variant.name,
+            model_dir, params_path, split, n, variants[split],
             params_path.parent / f"{model_dir.name}.{split}.jsonl",
         )  # fmt: skip
         out[split] = {
             "grounded": sum(cell["grounded"]),
             "n": len(cell["grounded"]),
-            "variant": variant.name,
-            "harness": variant.harness,
+            "variant": cell["variant"],
+            "harness": cell["harness"],
             "outcomes": cell["grounded"],  # task order: pairs across runs
             "failures": cell["failures"],
         }

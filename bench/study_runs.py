@@ -114,15 +114,15 @@ def scored_under(cell: dict, n: int, variant: EvalVariant) -> bool:
 
 
 def rollout_cell(
-    model: Path, params: Path, split: str, n: int, variant: str, out: Path
-) -> dict[str, list]:
+    model: Path, params: Path, split: str, n: int, variant: EvalVariant, out: Path
+) -> dict:
     """Grounded outcomes of ``model`` on the first ``n`` tasks of ``split`` (one episode
     each, ``agentrl rollout`` under the eval variant ``variant``: the eval stage's engine,
-    harness, precision and seed), by task, with each failure's kind; the trajectories stay
-    in ``out``."""
+    harness, precision and seed), by task, with each failure's kind and the variant's name
+    and harness changes (``scored_under`` reads them); the trajectories stay in ``out``."""
     subprocess.run(
         [sys.executable, "-m", "agentrl.cli", "rollout", "--model", str(model), "--split",
-         split, "--n", str(n), "--variant", variant, "--params", str(params),
+         split, "--n", str(n), "--variant", variant.name, "--params", str(params),
          "--out", str(out)],
         check=True,
     )  # fmt: skip
@@ -134,6 +134,8 @@ def rollout_cell(
         "tasks": [e["task_id"] for e in episodes],
         "grounded": [int(e["grounded"]) for e in episodes],
         "failures": [failure_kind(e, records[e["task_id"]], fmt) for e in episodes],
+        "variant": variant.name,
+        "harness": variant.harness,
     }
 
 

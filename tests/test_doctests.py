@@ -16,7 +16,11 @@ MODULES = sorted(
     for folder in ("agentrl", "flows")
     for path in (ROOT / folder).rglob("*.py")
     if ">>> " in path.read_text(encoding="utf-8")
-) + sorted(path.stem for path in (ROOT / "bench").glob("*.py") if ">>> " in path.read_text())
+) + sorted(
+    path.stem
+    for path in (ROOT / "bench").glob("*.py")
+    if ">>> " in path.read_text(encoding="utf-8")
+)
 sys.path.insert(0, str(ROOT / "bench"))
 
 
