@@ -50,6 +50,26 @@ def test_oracle_trajectories_pass_every_layer(
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_plan_thoughts_count_down_the_steps_of_the_same_episode(
+    sampler: Sampler, registry: Registry, family: str
+) -> None:
+    deep = {"hops": [1, 3], "ops": [1, 3], "horizon": [1, 4]}
+    for index in range(10):
+        brief = _record(sampler, family, index, difficulty=deep)
+        plan = _record(sampler, family, index, difficulty=deep, thoughts="plan")
+        assert verification.check(registry, plan) is None
+        calls = [m for m in plan["messages"] if m.get("tool_calls")]
+        assert [m["tool_calls"] for m in calls] == [
+            m["tool_calls"] for m in brief["messages"] if m.get("tool_calls")
+        ]
+        left = [
+            m["content"].count("; ") + 1 if "Left after this" in m["content"] else 0 for m in calls
+        ]
+        assert calls[-1]["content"].endswith("This is the last step.")
+        assert left == list(range(len(calls) - 1, -1, -1)), [m["content"] for m in calls]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_recovery_trajectories_show_a_real_error_then_the_fix(
     sampler: Sampler, registry: Registry, family: str
 ) -> None:

@@ -78,6 +78,14 @@ class SplitSection(Strict):
         0, ge=0, description="Reject trajectories shorter than this many estimated tokens."
     )
     curriculum: bool = Field(False, description="Order samples easy to hard by depth.")
+    thoughts: Literal["brief", "plan"] = Field(
+        "brief",
+        description="The expert's text before each call: 'brief' says the step it takes; "
+        "'plan' adds the steps still left after it ('Left after this: the population of "
+        "that; add 5.' or 'This is the last step.'), so the stopping point of a chain is read "
+        "rather than counted -- a 135M model trained on one- and two-step traces stops "
+        "after two lookups on three-hop questions. Oracle teacher only.",
+    )
 
 
 class TeacherSection(Strict):

@@ -23,11 +23,13 @@ from agentrl.tools.vocab import ToolVocab
 
 @dataclass(frozen=True)
 class Call:
-    """One canonical tool call the oracle makes, with the short reasoning before it."""
+    """One canonical tool call the oracle makes, with the short reasoning before it and,
+    in words, the steps the task still needs after it (a ``plan`` thought names them)."""
 
     tool: str
     args: dict[str, Any]
     thought: str = ""
+    remaining: tuple[str, ...] = ()
 
 
 @dataclass

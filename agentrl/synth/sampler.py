@@ -133,7 +133,9 @@ class Sampler:
             except TeacherError:
                 return Outcome(index, family, None, "teacher_error")
         else:
-            traj = oracle_trajectory(env, task, tools, rng, self.registry.partition, recovery)
+            traj = oracle_trajectory(
+                env, task, tools, rng, self.registry.partition, recovery, cfg.thoughts == "plan"
+            )
         record = {
             "id": f"{split}-{index:08d}",
             "split": split,

@@ -44,6 +44,25 @@ def tool_message(name: str, content: str, turn: int) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": f"call_{turn}", "name": name, "content": content}
 
 
+def spoken_thought(call: Call, plan: bool) -> str:
+    """The text before a call: its thought, and with ``plan`` the steps still left after it,
+    so a model reads where a chain stops instead of counting the steps it has taken.
+
+    >>> call = Call("lookup", {}, "I need the capital of Ulm.", ("the mayor of that",))
+    >>> spoken_thought(call, plan=True)
+    'I need the capital of Ulm. Left after this: the mayor of that.'
+    >>> spoken_thought(Call("lookup", {}, "I need the capital of Ulm."), plan=True)
+    'I need the capital of Ulm. This is the last step.'
+    >>> spoken_thought(call, plan=False)
+    'I need the capital of Ulm.'
+    """
+    if not plan:
+        return call.thought
+    if call.remaining:
+        return f"{call.thought} Left after this: {'; '.join(call.remaining)}."
+    return f"{call.thought} This is the last step."
+
+
 def final_message(answer: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": f"{ANSWER_MARK} {answer}"}
 
@@ -102,8 +121,10 @@ def oracle_trajectory(
     rng: random.Random,
     partition: VocabPartition,
     recovery: bool,
+    plan: bool = False,
 ) -> Trajectory:
-    """Run the oracle against the real tools; optionally one mistake and its recovery."""
+    """Run the oracle against the real tools; optionally one mistake and its recovery;
+    with ``plan`` every thought names the steps left (see :func:`spoken_thought`)."""
     traj = Trajectory(messages=[{"role": "user", "content": task.prompt}])
     solver = env.solve(task)
     mistake_at = rng.randrange(task.depth) if recovery and task.depth > 0 else -1
@@ -117,15 +138,17 @@ def oracle_trajectory(
                 if wrong is not None:
                     kind, bad_name, bad_args, fix = wrong
                     observed = tools.call(bad_name, bad_args)
-                    traj.messages.append(assistant_call(call.thought, bad_name, bad_args, turn))
+                    traj.messages.append(
+                        assistant_call(spoken_thought(call, plan), bad_name, bad_args, turn)
+                    )
                     traj.messages.append(tool_message(bad_name, observed.text, turn))
                     traj.observations.append(observed.text)
                     traj.recovery = {"turn": turn, "kind": kind, "error": observed.error}
                     turn += 1
-                    call = Call(call.tool, call.args, fix)
+                    call = Call(call.tool, call.args, fix, call.remaining)
                     continue
             observed = tools.call(name, args)
-            traj.messages.append(assistant_call(call.thought, name, args, turn))
+            traj.messages.append(assistant_call(spoken_thought(call, plan), name, args, turn))
             traj.messages.append(tool_message(name, observed.text, turn))
             traj.observations.append(observed.text)
             turn += 1

@@ -32,6 +32,15 @@ OPERATIONS = {
 }
 
 
+def operation_steps(steps: list[list[Any]]) -> tuple[str, ...]:
+    """Arithmetic steps as a plan names them, in the prompt's words.
+
+    >>> operation_steps([["*", 4], ["+", 9]])
+    ('multiply by 4', 'add 9')
+    """
+    return tuple(f"{OPERATIONS[symbol][0]} {operand}" for symbol, operand in steps)
+
+
 def _clean(value: float) -> int | float:
     return int(value) if float(value).is_integer() else round(value, 6)
 
@@ -122,7 +131,13 @@ class CalculatorEnv(Environment):
 
     def solve(self, task: TaskSpec) -> Solver:
         value: Any = task.state["start"]
-        for i, (symbol, operand) in enumerate(task.state["steps"]):
+        steps = task.state["steps"]
+        for i, (symbol, operand) in enumerate(steps):
             thought = "I will use the calculator." if i == 0 else f"The result so far is {value}."
-            value = yield Call("calculate", {"expression": f"{value} {symbol} {operand}"}, thought)
+            value = yield Call(
+                "calculate",
+                {"expression": f"{value} {symbol} {operand}"},
+                thought,
+                operation_steps(steps[i + 1 :]),
+            )
         return str(value)

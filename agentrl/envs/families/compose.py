@@ -10,7 +10,13 @@ import random
 from typing import Any, ClassVar
 
 from agentrl.envs.base import Call, Environment, Solver, TaskSpec
-from agentrl.envs.families.calculator import OPERATIONS, CalculatorEnv, CalculatorTools, evaluate
+from agentrl.envs.families.calculator import (
+    OPERATIONS,
+    CalculatorEnv,
+    CalculatorTools,
+    evaluate,
+    operation_steps,
+)
 from agentrl.envs.families.knowledge_base import (
     KnowledgeBaseEnv,
     KnowledgeBaseTools,
@@ -49,11 +55,15 @@ class ComposeEnv(Environment):
         )
 
     def solve(self, task: TaskSpec) -> Solver:
-        current: Any = yield from follow_path(task.state["start"], task.state["path"])
-        for symbol, operand in task.state["steps"]:
+        steps = task.state["steps"]
+        current: Any = yield from follow_path(
+            task.state["start"], task.state["path"], operation_steps(steps)
+        )
+        for i, (symbol, operand) in enumerate(steps):
             current = yield Call(
                 "calculate",
                 {"expression": f"{current} {symbol} {operand}"},
                 f"Now compute with {current}.",
+                operation_steps(steps[i + 1 :]),
             )
         return str(current)

@@ -157,11 +157,13 @@ class ConvertEnv(Environment):
         state = task.state
         if state["mode"] == "units":
             value: Any = state["value"]
-            for src, dst in zip(state["path"], state["path"][1:], strict=False):
+            hops = list(zip(state["path"], state["path"][1:], strict=False))
+            for i, (src, dst) in enumerate(hops):
                 observed = yield Call(
                     "convert_units",
                     {"value": value, "from_unit": src, "to_unit": dst},
                     f"Convert {value} {src} to {dst}.",
+                    tuple(f"convert that from {a} to {b}" for a, b in hops[i + 1 :]),
                 )
                 try:
                     value = float(observed)
@@ -169,9 +171,12 @@ class ConvertEnv(Environment):
                     return observed
             return observed
         date = state["start"]
-        for shift in state["shifts"]:
+        shifts = state["shifts"]
+        weekday = ("the weekday of that date",) if state["weekday"] else ()
+        for i, shift in enumerate(shifts):
+            later = tuple(f"add {s} days" for s in shifts[i + 1 :]) + weekday
             date = yield Call(
-                "add_days", {"date": date, "days": shift}, f"Add {shift} days to {date}."
+                "add_days", {"date": date, "days": shift}, f"Add {shift} days to {date}.", later
             )
         if state["weekday"]:
             return (yield Call("weekday", {"date": date}, f"Now the weekday of {date}."))

@@ -142,7 +142,10 @@ class DocSearchEnv(Environment):
     def solve(self, task: TaskSpec) -> Solver:
         title = task.state["title"]
         found = yield Call(
-            "search_documents", {"query": title}, f"I will search the documents for {title}."
+            "search_documents",
+            {"query": title},
+            f"I will search the documents for {title}.",
+            (f"open the document about {title}",),
         )
         try:
             hits = json.loads(found)

@@ -152,14 +152,28 @@ def question(path: list[str], start: str) -> str:
     return f"the {phrase} of {start}"
 
 
-def follow_path(start: str, path: list[str]) -> Solver:
-    """Oracle steps for a relation path: each lookup starts from the last observation."""
+def relation_steps(path: list[str]) -> tuple[str, ...]:
+    """A relation path as the steps a plan names, innermost first.
+
+    >>> relation_steps(["capital", "population"])
+    ('the capital of it', 'the population of that')
+    """
+    return tuple(
+        f"the {r.replace('_', ' ')} of {'it' if i == 0 else 'that'}" for i, r in enumerate(path)
+    )
+
+
+def follow_path(start: str, path: list[str], then: tuple[str, ...] = ()) -> Solver:
+    """Oracle steps for a relation path: each lookup starts from the last observation;
+    ``then`` names the steps after the path (for the plan)."""
     current = start
-    for relation in path:
+    steps = relation_steps(path)
+    for i, relation in enumerate(path):
         current = yield Call(
             "lookup",
             {"entity": current, "relation": relation},
             f"I need the {relation.replace('_', ' ')} of {current}.",
+            steps[i + 1 :] + then,
         )
     return current
 

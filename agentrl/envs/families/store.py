@@ -139,10 +139,14 @@ class StoreEnv(Environment):
         )
 
     def solve(self, task: TaskSpec) -> Solver:
-        for verb, item, qty in task.state["ops"]:
+        ops, ask = task.state["ops"], task.state["ask"]
+        for i, (verb, item, qty) in enumerate(ops):
+            later = tuple(f"{v} {q} {it}" for v, it, q in ops[i + 1 :])
             yield Call(
-                f"{verb}_item", {"item": item, "quantity": qty}, f"Next: {verb} {qty} {item}."
+                f"{verb}_item",
+                {"item": item, "quantity": qty},
+                f"Next: {verb} {qty} {item}.",
+                (*later, f"check the stock of {ask}"),
             )
-        ask = task.state["ask"]
         count = yield Call("count_items", {"item": ask}, f"Now I check the stock of {ask}.")
         return count
