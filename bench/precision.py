@@ -127,7 +127,7 @@ def step1_gap(trainer: RLTrainer, data: StepData) -> dict[str, float]:
     trainer.engine.eval()
     gaps, weights = [], []
     for seq, logp in zip(
-        sequences, trainer._logprobs(trainer.engine.module, sequences), strict=True
+        sequences, trainer.policy_update.logprobs(trainer.engine.module, sequences), strict=True
     ):
         for taken, rollout, mask in zip(logp.tolist(), seq.rollout_logp, seq.mask, strict=True):
             if mask:

@@ -114,10 +114,12 @@ def test_first_mini_batch_reads_old_logprobs_off_its_own_forward_pass(dataset: P
     episodes = trainer.harness.run(digit_tasks(2, answer=7), samples=4, seed=3)
     trainer.harness.close()
     per_turn = [[1.0] * len(e.turns) for e in episodes]
-    separate = trainer._logprobs(trainer.engine.module, to_sequences(episodes, per_turn))
+    separate = trainer.policy_update.logprobs(
+        trainer.engine.module, to_sequences(episodes, per_turn)
+    )
     shortcut = to_sequences(episodes, per_turn)
     trainer.engine.train()
-    trainer._micro_loss(shortcut[:4])
+    trainer.policy_update.micro_loss(shortcut[:4])
     for seq, expected in zip(shortcut[:4], separate[:4], strict=True):
         assert seq.old_logp is not None
         torch.testing.assert_close(torch.tensor(seq.old_logp), expected, atol=1e-5, rtol=0)

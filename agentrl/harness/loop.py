@@ -5,7 +5,8 @@ unknown tools, bad arguments, tool exceptions and timeouts are observations it r
 
 Peak context never exceeds ``harness.context_limit``: a turn is generated only when the
 prompt plus ``max_new_tokens`` fits, and tool responses are appended only when the next
-turn still fits after them (else the context strategy compacts, or the episode ends).
+turn still fits after them (else the context strategy compacts, or the episode ends):
+``window.py``.
 """
 
 from __future__ import annotations
@@ -15,39 +16,22 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.chat import ChatFormat, parse, render_ids, render_text
+from agentrl.chat import ChatFormat, parse, render_ids
 from agentrl.chat.formats import IM_END
 from agentrl.config import HarnessSection
-from agentrl.envs.base import ToolBox
 from agentrl.envs.registry import Registry
 from agentrl.envs.verify import verify
-from agentrl.harness.context import CHECK_REQUEST, SUMMARY_REQUEST, compact, restart
 from agentrl.harness.engine import Engine, Sampling
 from agentrl.harness.executor import InProcessExecutor
 from agentrl.harness.records import Episode, Segment, TurnStats
-from agentrl.tools.executor import Observation, ToolSet
+from agentrl.harness.window import ContextWindow, LiveEpisode
+from agentrl.tools.executor import Observation
 from agentrl.tools.sandboxes import SandboxSpec
 
 
-@dataclass
-class _Live:
-    episode: Episode
-    record: dict[str, Any]
-    tools: ToolSet
-    box: ToolBox
-    view: list[dict[str, Any]]  # the messages as the current segment renders them
-    segment: Segment = field(default_factory=Segment)
-    summarizing: bool = False  # the next turn is the progress summary a restart asked for
-    checked: bool = False  # the self-check request was made
-    turn_start: int = 0  # segment length before the current turn
-    growth: list[int] = field(default_factory=list)  # tokens each turn added (turn + responses)
-    state: str = ""  # the environment state the current turn starts from
-
-
-def _state_hash(live: _Live) -> str:
+def _state_hash(live: LiveEpisode) -> str:
     """The environment state a turn starts from, as anchor states compare it: everything
     the tools returned so far and what stateful tools hold (not the model's wording)."""
     seen = {"observations": live.episode.observations, "held": live.box.snapshot()}
@@ -75,7 +59,7 @@ class Harness:
         self.stop_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.executor = InProcessExecutor(cfg.tool_workers, cfg.tool_timeout_s)
         self.sandbox = SandboxSpec(cfg.sandbox, cfg.sandbox_image)
-        self.request_tokens = len(tokenizer(SUMMARY_REQUEST, add_special_tokens=False)["input_ids"])
+        self.window = ContextWindow(tokenizer, fmt, cfg)
         # where run() spent its time: generate (the engine), tools, verify; the rest is ours
         self.seconds: Counter[str] = Counter()
         # told of every turn as it happens (a terminal session prints them): ("turn", episode)
@@ -86,49 +70,17 @@ class Harness:
         if self.on_event is not None:
             self.on_event(event, episode)
 
-    # --- token bookkeeping -------------------------------------------------------------
-    def _prompt(self, live: _Live) -> list[int]:
-        return render_ids(
-            self.tokenizer, self.fmt, live.view, live.record["tools"], add_generation_prompt=True
-        )[0]
-
-    def _new_segment(self, live: _Live) -> bool:
-        """Start a segment from the current view; False if it cannot hold one more turn."""
-        prompt = self._prompt(live)
-        if len(prompt) + self.cfg.max_new_tokens > self.cfg.context_limit:
-            return False
-        live.segment = Segment(prompt_len=len(prompt))
-        live.segment.add(prompt, policy=False)
-        live.episode.segments.append(live.segment)
-        return True
-
-    def _inserted(self, live: _Live, tool_messages: list[dict[str, Any]]) -> list[int]:
-        """Ids the harness adds after an assistant turn: tool responses and the next
-        generation prompt, tokenized on their own (they start after ``<|im_end|>``)."""
-        tools = live.record["tools"]
-        before, _ = render_text(self.fmt, live.view, tools)
-        after, _ = render_text(self.fmt, live.view + tool_messages, tools, True)
-        suffix = after[len(before) - 1 :]  # the newline after <|im_end|> is not in the ids
-        return self.tokenizer(suffix, add_special_tokens=False)["input_ids"]
-
-    def _check_retokenization(self, live: _Live) -> None:
-        """Count (never train on) a re-render of the decoded history that differs from the
-        recorded ids: the records keep the engine's ids either way."""
-        rendered = render_ids(self.tokenizer, self.fmt, live.view, live.record["tools"])[0]
-        if rendered[: len(live.segment.ids)] != live.segment.ids:
-            live.episode.retokenize_mismatches += 1
-
     # --- episode life ------------------------------------------------------------------
-    def _start(self, record: dict[str, Any], sample: int) -> _Live:
+    def _start(self, record: dict[str, Any], sample: int) -> LiveEpisode:
         tools, box = self.registry.bind(record["env"], self.sandbox)
         messages = [dict(record["messages"][0])]
         episode = Episode(record["id"], sample, messages, record["tools"])
-        live = _Live(episode, record, tools, box, list(messages))
-        if not self._new_segment(live):
+        live = LiveEpisode(episode, record, tools, box, list(messages))
+        if not self.window.new_segment(live):
             self._finish(live, "context_limit")
         return live
 
-    def _finish(self, live: _Live, reason: str, final_text: str | None = None) -> None:
+    def _finish(self, live: LiveEpisode, reason: str, final_text: str | None = None) -> None:
         ep = live.episode
         began = time.perf_counter()
         verdict = verify(live.record["verifier"], final_text, ep.observations, live.box.snapshot())
@@ -141,72 +93,6 @@ class Harness:
             verdict.grounded,
             verdict.reason,
         )
-
-    def _wants_summary(self, live: _Live, after: int) -> bool:
-        """Ask for a progress summary now? ``summary``: past a fixed share of the limit.
-        ``adaptive``: only if the turns still allowed, at the largest growth per turn seen,
-        would not fit, and only at the last turn after which the request, the summary and
-        one more turn would no longer fit."""
-        cfg = self.cfg
-        if cfg.context == "summary":
-            return after > cfg.summary_at * cfg.context_limit - cfg.max_new_tokens
-        if cfg.context != "adaptive":
-            return False
-        growth = max(live.growth)
-        room = cfg.context_limit - after
-        turns_left = cfg.max_turns - len(live.episode.turns)
-        if turns_left <= 1 or turns_left * growth <= room:
-            return False  # the rest of the episode fits as it is
-        summary_turn = self.request_tokens + 16 + cfg.max_new_tokens  # 16: turn markers
-        return room < growth + summary_turn
-
-    def _append_responses(self, live: _Live, tool_messages: list[dict[str, Any]]) -> None:
-        room = self.cfg.context_limit - self.cfg.max_new_tokens
-        inserted = self._inserted(live, tool_messages)
-        after = len(live.segment.ids) + len(inserted)
-        live.growth.append(after - live.turn_start)
-        if self._wants_summary(live, after):
-            request = [*tool_messages, {"role": "user", "content": SUMMARY_REQUEST}]
-            asked = self._inserted(live, request)
-            if len(live.segment.ids) + len(asked) <= room:
-                live.view += request
-                live.episode.messages.append(request[-1])
-                live.segment.add(asked, policy=False)
-                live.summarizing = True
-                return
-        if after <= room:
-            live.view += tool_messages
-            live.segment.add(inserted, policy=False)
-            return
-        compacted = compact(self.cfg.context, live.view + tool_messages, self.cfg.window_keep)
-        if compacted == live.view + tool_messages:
-            self._finish(live, "context_limit")
-            return
-        live.view = compacted
-        if self._new_segment(live):
-            live.episode.compactions += 1
-        else:
-            self._finish(live, "context_limit")
-
-    def _ask_check(self, live: _Live) -> bool:
-        """Insert the self-check request if one more turn fits after it."""
-        live.checked = True
-        request = [{"role": "user", "content": CHECK_REQUEST}]
-        asked = self._inserted(live, request)
-        if len(live.segment.ids) + len(asked) + self.cfg.max_new_tokens > self.cfg.context_limit:
-            return False
-        live.view += request
-        live.episode.messages.append(request[0])
-        live.segment.add(asked, policy=False)
-        return True
-
-    def _restart_from_summary(self, live: _Live, summary: str) -> None:
-        live.summarizing = False
-        live.view = restart(live.episode.messages[0], summary)
-        if self._new_segment(live):
-            live.episode.compactions += 1
-        else:
-            self._finish(live, "context_limit")
 
     def run(self, records: list[dict[str, Any]], samples: int = 1, seed: int = 0) -> list[Episode]:
         """Run ``samples`` episodes of every record as one batch; episodes in input order."""
@@ -235,7 +121,7 @@ class Harness:
                 assistant = {"role": "assistant", "content": text}
                 live.episode.messages.append(assistant)
                 live.view.append(assistant)
-                self._check_retokenization(live)
+                self.window.check_retokenization(live)
                 if live.summarizing:
                     live.episode.turns.append(
                         TurnStats(
@@ -244,7 +130,8 @@ class Harness:
                         )
                     )  # fmt: skip
                     self._tell("turn", live.episode)
-                    self._restart_from_summary(live, text)
+                    if not self.window.restart_from_summary(live, text):
+                        self._finish(live, "context_limit")
                     continue
                 parsed = parse(text, self.fmt, live.record["tools"])
                 calls = [(c.name, c.arguments) for c in parsed.calls]
@@ -266,7 +153,7 @@ class Harness:
                         self.cfg.self_check
                         and not live.checked
                         and turns_left
-                        and self._ask_check(live)
+                        and self.window.ask_check(live)
                     ):
                         continue
                     self._finish(live, "answer", text)
@@ -288,7 +175,8 @@ class Harness:
                 tool_messages = [{"role": "tool", "content": o.text} for o in observations]
                 live.episode.messages += tool_messages
                 self._tell("tools", live.episode)
-                self._append_responses(live, tool_messages)
+                if not self.window.append_responses(live, tool_messages):
+                    self._finish(live, "context_limit")
                 stats.context_tokens = len(live.segment.ids)
         for live in lives:
             if not live.episode.done:

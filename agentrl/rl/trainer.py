@@ -1,6 +1,6 @@
 """The RL loop on DeepSpeed: rollouts (``rollouts.py``: tasks -> G episodes each through
 the harness, or pivot states -> G one-turn samples each (``pivots.py``) -> rewards ->
-advantages) -> PPO-clip updates -> the rollout engine gets the
+advantages) -> PPO-clip updates (``update.py``) -> the rollout engine gets the
 new weights (``weight_sync.py``) -> metrics -> checkpoint.
 
 The rollout engine is ``harness.engine`` (``harness/build.py``): ``hf`` holds the very
@@ -30,10 +30,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
-import numpy as np
 import torch
 
 from agentrl.config import (
@@ -48,20 +46,12 @@ from agentrl.harness.engine import HFEngine
 from agentrl.harness.loop import Harness
 from agentrl.model.logprobs import causal_lm
 from agentrl.model.lora import apply_lora, format_token_ids, trainable
-from agentrl.precision import Resolved, autocast
-from agentrl.rl.batch import (
-    TrainSequence,
-    collate,
-    drift_from_start,
-    prefix_key,
-    shared_token_logprobs,
-    to_sequences,
-)
-from agentrl.rl.loss import LossConfig, policy_loss
+from agentrl.precision import Resolved
 from agentrl.rl.pivots import Pivot, PivotJudge
-from agentrl.rl.ranks import gathered, merged_figures, most
+from agentrl.rl.ranks import gathered, merged_figures
 from agentrl.rl.rollouts import RolloutSchedule, StepData, pipeline_figures, rollout_figures
 from agentrl.rl.sources import build_rollouts
+from agentrl.rl.update import PolicyUpdate
 from agentrl.rl.weight_sync import check_served_weights, sync_weights
 from agentrl.train import checkpoint
 from agentrl.train.loop import ds_config, setup_distributed, skip_lone_allreduce
@@ -122,15 +112,12 @@ class RLTrainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         keep_start = cfg.kl_coef > 0 or cfg.track_drift
-        self.reference = copy.deepcopy(model).eval() if keep_start else None
-        # the loss's log-probs are those of the distribution the rollouts sampled from
-        self.temperature = harness_cfg.temperature or 1.0
-        self.pad_id = tokenizer.pad_token_id
-        self.accum = max(1, cfg.mini_batch // cfg.micro_batch_size)
+        reference = copy.deepcopy(model).eval() if keep_start else None
         model = apply_lora(model, cfg.lora, "rl.lora", format_token_ids(tokenizer, fmt))
         optimizer = torch.optim.AdamW(trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        accum = max(1, cfg.mini_batch // cfg.micro_batch_size)
         config = ds_config(
-            cfg.micro_batch_size, self.accum, cfg.grad_clip, cfg.zero_stage, self.world, precision
+            cfg.micro_batch_size, accum, cfg.grad_clip, cfg.zero_stage, self.world, precision
         )
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config
@@ -140,12 +127,12 @@ class RLTrainer:
         policy = causal_lm(self.engine.module)
         self.rollout_engine = trainer_engine(harness_cfg, policy, tokenizer, precision)
         self.harness = Harness(self.rollout_engine, tokenizer, fmt, registry, harness_cfg)
-        self.loss_cfg = LossConfig(
-            cfg.clip_low, cfg.clip_high, cfg.aggregation, cfg.kl_coef, cfg.kl_estimator,
-            cfg.mismatch, cfg.mismatch_cap,
-        )  # fmt: skip
         own_seed = seed + self.rank * RANK_SEED_STRIDE
         self.rng = random.Random(own_seed)
+        self.policy_update = PolicyUpdate(
+            self.engine, cfg, precision, tokenizer.pad_token_id,
+            harness_cfg.temperature or 1.0, reference, self.rng, self.world,
+        )  # fmt: skip
         # rollouts ahead of the update draw their random rewards from their own stream
         rollout_rng = random.Random(own_seed + 1) if cfg.max_staleness else self.rng
         judge = PivotJudge(registry, fmt, self.harness.sandbox)
@@ -158,122 +145,9 @@ class RLTrainer:
         """Step ``step``'s rollouts, now, from the rollout source."""
         return self.rollouts.collect(records, step)
 
-    # --- update ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def _logprobs(self, model: Any, sequences: list[TrainSequence]) -> list[torch.Tensor]:
-        order = sorted(range(len(sequences)), key=lambda i: prefix_key(sequences[i]))
-        out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-        for start in range(0, len(order), self.cfg.micro_batch_size):
-            rows = order[start : start + self.cfg.micro_batch_size]
-            with autocast(self.precision):
-                logp, _ = shared_token_logprobs(
-                    model, [sequences[i] for i in rows], self.pad_id, self.cfg.logprob_chunk,
-                    entropy=False, temperature=self.temperature,
-                )  # fmt: skip
-            for k, i in enumerate(rows):
-                out[i] = logp[k, : len(sequences[i].ids)]
-        return out
-
     def update(self, data: StepData) -> dict[str, float]:
-        """One step's PPO-clip epochs over ``data``. Every rank runs the largest mini-batch
-        count of any rank; micro-batches a rank has no sequences for run a sequence at
-        zero weight, so DeepSpeed's accumulation and all-reduce stay in step."""
-        cfg = self.cfg
-        sequences = [s for s in to_sequences(data.episodes, data.per_turn) if any(s.mask)]
-        count = max(1, len(sequences) // cfg.mini_batch) if sequences else 0
-        count = most(count, self.world)
-        if not count:
-            return {"update_skipped": 1.0}
-        filler = sequences[0] if sequences else self._filler(data)
-        tick = time.perf_counter()
-        plan = [self._minis(sequences, count) for _ in range(cfg.epochs)]
-        # the first mini-batch trains on the weights that made the rollouts, so its old
-        # log-probs are its own forward pass, detached (set in _micro_loss): only the
-        # sequences trained after an optimizer step need a pass of their own
-        first = {int(i) for i in plan[0][0]}
-        stale = [s for i, s in enumerate(sequences) if i not in first]
-        self.engine.eval()
-        for seq, logp in zip(stale, self._logprobs(self.engine.module, stale), strict=True):
-            seq.old_logp = logp.tolist()
-        drift = {}
-        if self.reference is not None:
-            for seq, logp in zip(sequences, self._logprobs(self.reference, sequences), strict=True):
-                seq.ref_logp = logp.tolist()
-            drift = drift_from_start(sequences) if cfg.track_drift else {}
-        reference_s = time.perf_counter() - tick
-        self.engine.train()
-        tick, figures, tokens = time.perf_counter(), [], 0
-        for minis in plan:
-            for mini in minis:
-                micros = np.array_split(mini, self.accum)
-                for micro_index in micros:
-                    micro = [sequences[i] for i in micro_index]
-                    if not micro:  # keep DeepSpeed's accumulation count whole
-                        micro = [filler]
-                        scale = 0.0
-                    else:
-                        scale = 1.0
-                    loss, stats = self._micro_loss(micro)
-                    self.engine.backward(loss * scale)
-                    self.engine.step()
-                    tokens += sum(len(s.ids) for s in micro)
-                    if scale:
-                        figures.append(stats)
-        update_s = time.perf_counter() - tick
-        merged = {k: fmean(f[k] for f in figures) for k in figures[0]} if figures else {}
-        return (
-            merged
-            | drift
-            | {
-                "time_reference_s": reference_s,
-                "time_update_s": update_s,
-                "update_tokens_per_s": tokens / max(update_s, 1e-9),
-                "sequences": float(len(sequences)),
-            }
-        )
-
-    @staticmethod
-    def _filler(data: StepData) -> TrainSequence:
-        """A sequence for a rank with nothing to train on to run at zero weight."""
-        episode = data.drawn_episodes[0]
-        zeros = [[0.0] * len(episode.turns)]
-        return next(s for s in to_sequences([episode], zeros) if any(s.mask))
-
-    def _minis(self, sequences: list[TrainSequence], count: int) -> list[np.ndarray]:
-        """One epoch's ``count`` mini-batches of sequence indices (some empty when this
-        rank has fewer sequences than another): prompts in a shuffled order, the
-        sequences of one prompt (a group) adjacent, so a micro-batch runs it once."""
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for i, seq in enumerate(sequences):
-            by_prompt.setdefault(prefix_key(seq), []).append(i)
-        groups = list(by_prompt.values())
-        order = [i for group in self.rng.sample(groups, len(groups)) for i in group]
-        return np.array_split(np.array(order, dtype=int), count)
-
-    def _micro_loss(self, micro: list[TrainSequence]) -> tuple[torch.Tensor, dict[str, float]]:
-        batch = collate(micro, self.pad_id)
-        width = batch["input_ids"].shape[1]
-
-        def padded(name: str) -> torch.Tensor:
-            rows = [getattr(s, name) for s in micro]
-            return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
-
-        with autocast(self.precision):  # log-probs come out float32: the head casts
-            logp, entropy = shared_token_logprobs(
-                self.engine, micro, self.pad_id, self.cfg.logprob_chunk,
-                temperature=self.temperature,
-            )  # fmt: skip
-        for i, seq in enumerate(micro):
-            if seq.old_logp is None:  # first mini-batch: still the rollout weights
-                seq.old_logp = logp[i, : len(seq.ids)].detach().tolist()
-        ref = padded("ref_logp") if self.reference is not None else None
-        loss, stats = policy_loss(
-            logp, padded("old_logp"), batch["rollout_logp"], batch["advantages"],
-            batch["mask"], self.loss_cfg, ref,
-        )  # fmt: skip
-        mask = batch["mask"]
-        stats["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
-        return loss, stats
+        """One step's PPO-clip update over ``data`` (``update.py``); its figures."""
+        return self.policy_update(data)
 
     # --- the loop --------------------------------------------------------------------------
     def train(
