@@ -54,7 +54,7 @@ SHRINK: dict[str, Any] = {
             "test": {"n": 40},
             "heldout_tools": {"n": 40},
             "heldout_compose": {"n": 20},
-            "long_horizon": {"n": 5},
+            "long_horizon": {"n": 16},  # eval.tasks of it are scored
         },
     },
     "midtrain": {"max_steps": 300, "eval_every": 100, "checkpoint_every": 100, "threads": 1},
