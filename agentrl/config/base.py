@@ -18,6 +18,7 @@ BUILTIN_FAMILIES = ("calculator", "knowledge_base", "doc_search", "store", "conv
 SPLITS = ("midtrain", "sft", "rl", "test", "heldout_tools", "heldout_compose", "long_horizon")
 TRAIN_SPLITS = ("midtrain", "sft", "rl")
 EVAL_SPLITS = ("test", "heldout_tools", "heldout_compose", "long_horizon")
+TRACE_SPLITS = ("midtrain", "sft")  # splits whose trajectories a teacher writes
 
 
 class ConfigError(Exception):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agentrl.config.base import SPLITS, Strict, import_plugin
+from agentrl.config.base import SPLITS, TRACE_SPLITS, Strict, import_plugin
 
 IntRange = Annotated[tuple[int, int], Field(description="Inclusive [low, high] range.")]
 
@@ -84,7 +84,8 @@ class SplitSection(Strict):
         "'plan' adds the steps still left after it ('Left after this: the population of "
         "that; add 5.' or 'This is the last step.'), so the stopping point of a chain is read "
         "rather than counted -- a 135M model trained on one- and two-step traces stops "
-        "after two lookups on three-hop questions. Oracle teacher only.",
+        "after two lookups on three-hop questions. Written by the oracle teacher (an openai "
+        "teacher of midtrain or sft traces writes its own).",
     )
 
 
@@ -146,4 +147,13 @@ class SynthSection(Strict):
         unknown = sorted(set(self.splits) - set(SPLITS))
         if unknown:
             raise ValueError(f"unknown split(s) {unknown}; expected a subset of {list(SPLITS)}")
+        if self.teacher.kind != "oracle":  # its traces' wording is the teacher model's own
+            planned = [
+                s for s in TRACE_SPLITS if s in self.splits and self.splits[s].thoughts != "brief"
+            ]
+            if planned:
+                raise ValueError(
+                    f"splits.{planned[0]}.thoughts: {self.splits[planned[0]].thoughts!r} is written "
+                    f"by the oracle teacher; teacher.kind is {self.teacher.kind!r}"
+                )
         return self

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.config import EVAL_SPLITS, SplitSection, TeacherSection
+from agentrl.config import EVAL_SPLITS, TRACE_SPLITS, SplitSection, TeacherSection
 from agentrl.envs.registry import Registry
 from agentrl.envs.world import World
 from agentrl.synth import verification
@@ -19,7 +19,6 @@ from agentrl.synth.trajectory import Trajectory, oracle_trajectory, restart_cont
 from agentrl.tools.schema import Surface
 
 KNOBS = ("hops", "ops", "horizon", "num_tools")
-TRACE_SPLITS = ("midtrain", "sft")  # splits whose trajectories a teacher writes
 
 
 @dataclass(frozen=True)
