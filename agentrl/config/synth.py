@@ -82,10 +82,11 @@ class SplitSection(Strict):
         "brief",
         description="The expert's text before each call: 'brief' says the step it takes; "
         "'plan' adds the steps still left after it ('Left after this: the population of "
-        "that; add 5.' or 'This is the last step.'), so the stopping point of a chain is read "
-        "rather than counted -- a 135M model trained on one- and two-step traces stops "
-        "after two lookups on three-hop questions. Written by the oracle teacher (an openai "
-        "teacher of midtrain or sft traces writes its own).",
+        "that; add 5.' or 'This is the last step.'), so where a chain stops is written in "
+        "the trace. Measured on SmolLM2-135M with sft at hops/ops [1, 2]: it ends repeated "
+        "operations, but its calculator and knowledge-base plans list no more steps than "
+        "their traces did, so deeper chains still stop early. Written by the oracle teacher "
+        "(an openai teacher of midtrain or sft traces writes its own).",
     )
 
 
