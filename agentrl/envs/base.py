@@ -3,7 +3,9 @@
 Write a plugin by subclassing :class:`ToolBox` (tools are its methods, with type hints and
 Google-style docstrings) and :class:`Environment` (``sample`` draws a task from a fresh
 :class:`~agentrl.envs.world.World`; ``solve`` is a generator that yields :class:`Call`,
-receives each real observation and returns the final answer). Everything a task needs to
+receives each real observation and returns the final answer; a call's ``remaining``, the
+steps after it in words, is what a split with ``thoughts: plan`` writes, and a solver that
+leaves it empty makes every call say it is the last step). Everything a task needs to
 rebuild its tools lives in ``TaskSpec.state`` as plain JSON, so RL and eval can re-execute
 the tools long after synthesis.
 """
