@@ -119,7 +119,7 @@ class CalculatorEnv(Environment):
         if len(steps) == 1:
             prompt = f"What is {start} {steps[0][0]} {steps[0][1]}?"
         else:
-            parts = [f"{OPERATIONS[s][0]} {b}" for s, b in steps]
+            parts = operation_steps(steps)
             prompt = f"Start with {start}, then " + ", then ".join(parts) + ". What is the result?"
         return TaskSpec(
             prompt=prompt,

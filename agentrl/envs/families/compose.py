@@ -45,7 +45,7 @@ class ComposeEnv(Environment):
             symbol = rng.choice(list(OPERATIONS))
             steps.append([symbol, world.number(2, 30) if symbol == "*" else world.number(2, 99)])
             value = evaluate(f"{value} {symbol} {steps[-1][1]}")
-        parts = ", then ".join(f"{OPERATIONS[s][0]} {b}" for s, b in steps)
+        parts = ", then ".join(operation_steps(steps))
         return TaskSpec(
             prompt=f"Take {question(path, start)} from the knowledge base, {parts}. What is the result?",
             state={"facts": facts, "start": start, "path": path, "steps": steps},
