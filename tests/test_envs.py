@@ -69,6 +69,27 @@ def test_plan_thoughts_count_down_the_steps_of_the_same_episode(
         assert left == list(range(len(calls) - 1, -1, -1)), [m["content"] for m in calls]
 
 
+@pytest.mark.parametrize("family", ["calculator", "knowledge_base", "compose"])
+def test_restated_tasks_shrink_by_one_step_and_carry_each_observation(
+    sampler: Sampler, registry: Registry, family: str
+) -> None:
+    deep = {"hops": [1, 3], "ops": [1, 3], "horizon": [1, 4]}
+    for index in range(10):
+        brief = _record(sampler, family, index, difficulty=deep)
+        record = _record(sampler, family, index, difficulty=deep, thoughts="restate")
+        assert verification.check(registry, record) is None
+        calls = [m for m in record["messages"] if m.get("tool_calls")]
+        assert [m["tool_calls"] for m in calls] == [
+            m["tool_calls"] for m in brief["messages"] if m.get("tool_calls")
+        ]
+        rests = [m["content"].split("Left: ", 1)[1].split(". ", 1)[0] for m in calls]
+        steps = [r.count(", then ") + r.count(" of ") for r in rests]
+        assert steps == list(range(len(calls), 0, -1)), rests
+        observed = [m["content"] for m in record["messages"] if m["role"] == "tool"]
+        for rest, seen in zip(rests[1:], observed, strict=False):
+            assert seen in rest, (rest, seen)  # what the last call found, filled in
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_recovery_trajectories_show_a_real_error_then_the_fix(
     sampler: Sampler, registry: Registry, family: str

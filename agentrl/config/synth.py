@@ -78,15 +78,19 @@ class SplitSection(Strict):
         0, ge=0, description="Reject trajectories shorter than this many estimated tokens."
     )
     curriculum: bool = Field(False, description="Order samples easy to hard by depth.")
-    thoughts: Literal["brief", "plan"] = Field(
+    thoughts: Literal["brief", "plan", "restate"] = Field(
         "brief",
         description="The expert's text before each call: 'brief' says the step it takes; "
         "'plan' adds the steps still left after it ('Left after this: the population of "
         "that; add 5.' or 'This is the last step.'), so where a chain stops is written in "
         "the trace. Measured on SmolLM2-135M with sft at hops/ops [1, 2]: it ends repeated "
         "operations, but its calculator and knowledge-base plans list no more steps than "
-        "their traces did, so deeper chains still stop early. Written by the oracle teacher "
-        "(an openai teacher of midtrain or sft traces writes its own).",
+        "their traces did, so deeper chains still stop early. 'restate' writes instead the "
+        "task left from this call on in the prompt's words, what is found filled in ('Left: "
+        "the population of Ulm, then add 5.'): the next call reads off its end, the next "
+        "restatement copies it less one step, at any depth (calculator, knowledge_base and "
+        "compose; 'brief' in the other families). Written by the oracle teacher (an openai "
+        "teacher of midtrain or sft traces writes its own).",
     )
 
 

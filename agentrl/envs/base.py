@@ -5,7 +5,9 @@ Google-style docstrings) and :class:`Environment` (``sample`` draws a task from 
 :class:`~agentrl.envs.world.World`; ``solve`` is a generator that yields :class:`Call`,
 receives each real observation and returns the final answer; a call's ``remaining``, the
 steps after it in words, is what a split with ``thoughts: plan`` writes, and a solver that
-leaves it empty makes every call say it is the last step). Everything a task needs to
+leaves it empty makes every call say it is the last step; its ``rest``, the task left from
+this call on in the prompt's own words, is what ``thoughts: restate`` writes, and a solver
+that leaves it empty gets the brief thought). Everything a task needs to
 rebuild its tools lives in ``TaskSpec.state`` as plain JSON, so RL and eval can re-execute
 the tools long after synthesis.
 """
@@ -26,12 +28,24 @@ from agentrl.tools.vocab import ToolVocab
 @dataclass(frozen=True)
 class Call:
     """One canonical tool call the oracle makes, with the short reasoning before it and,
-    in words, the steps the task still needs after it (a ``plan`` thought names them)."""
+    in words, the steps the task still needs after it (a ``plan`` thought names them) and
+    the task left from this call on, written as the prompt writes a task, with what the
+    episode has found filled in (a ``restate`` thought says it)."""
 
     tool: str
     args: dict[str, Any]
     thought: str = ""
     remaining: tuple[str, ...] = ()
+    rest: str = ""
+
+
+def in_order(*parts: str) -> str:
+    """Steps of a task joined as the prompts join them.
+
+    >>> in_order("start with 4", "add 9", "multiply by 2")
+    'start with 4, then add 9, then multiply by 2'
+    """
+    return ", then ".join(parts)
 
 
 @dataclass

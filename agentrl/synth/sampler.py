@@ -133,7 +133,7 @@ class Sampler:
                 return Outcome(index, family, None, "teacher_error")
         else:
             traj = oracle_trajectory(
-                env, task, tools, rng, self.registry.partition, recovery, cfg.thoughts == "plan"
+                env, task, tools, rng, self.registry.partition, recovery, cfg.thoughts
             )
         record = {
             "id": f"{split}-{index:08d}",

@@ -11,7 +11,7 @@ so later RL has recoveries to reinforce.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.envs.base import Call, Environment, TaskSpec
@@ -44,19 +44,28 @@ def tool_message(name: str, content: str, turn: int) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": f"call_{turn}", "name": name, "content": content}
 
 
-def spoken_thought(call: Call, plan: bool) -> str:
-    """The text before a call: its thought, and with ``plan`` the steps still left after it,
-    so a model reads where a chain stops instead of counting the steps it has taken.
+def spoken_thought(call: Call, thoughts: str) -> str:
+    """The text before a call under a split's ``thoughts``: ``brief``, its thought; ``plan``,
+    the steps still left after it too, so a model reads where a chain stops instead of
+    counting the steps it has taken; ``restate``, the task left from this call on in the
+    prompt's words with what is found filled in, so each step reads off the last restated
+    task and the next restatement copies it less one step, at any depth (``brief`` where
+    the family writes none).
 
-    >>> call = Call("lookup", {}, "I need the capital of Ulm.", ("the mayor of that",))
-    >>> spoken_thought(call, plan=True)
+    >>> call = Call("lookup", {}, "I need the capital of Ulm.", ("the mayor of that",),
+    ...             "the mayor of the capital of Ulm")
+    >>> spoken_thought(call, "plan")
     'I need the capital of Ulm. Left after this: the mayor of that.'
-    >>> spoken_thought(Call("lookup", {}, "I need the capital of Ulm."), plan=True)
+    >>> spoken_thought(Call("lookup", {}, "I need the capital of Ulm."), "plan")
     'I need the capital of Ulm. This is the last step.'
-    >>> spoken_thought(call, plan=False)
+    >>> spoken_thought(call, "restate")
+    'Left: the mayor of the capital of Ulm. I need the capital of Ulm.'
+    >>> spoken_thought(call, "brief")
     'I need the capital of Ulm.'
     """
-    if not plan:
+    if thoughts == "restate" and call.rest:
+        return f"Left: {call.rest}. {call.thought}"
+    if thoughts != "plan":
         return call.thought
     if call.remaining:
         return f"{call.thought} Left after this: {'; '.join(call.remaining)}."
@@ -121,10 +130,10 @@ def oracle_trajectory(
     rng: random.Random,
     partition: VocabPartition,
     recovery: bool,
-    plan: bool = False,
+    thoughts: str = "brief",
 ) -> Trajectory:
     """Run the oracle against the real tools; optionally one mistake and its recovery;
-    with ``plan`` every thought names the steps left (see :func:`spoken_thought`)."""
+    ``thoughts`` words the text before each call (see :func:`spoken_thought`)."""
     traj = Trajectory(messages=[{"role": "user", "content": task.prompt}])
     solver = env.solve(task)
     mistake_at = rng.randrange(task.depth) if recovery and task.depth > 0 else -1
@@ -139,16 +148,16 @@ def oracle_trajectory(
                     kind, bad_name, bad_args, fix = wrong
                     observed = tools.call(bad_name, bad_args)
                     traj.messages.append(
-                        assistant_call(spoken_thought(call, plan), bad_name, bad_args, turn)
+                        assistant_call(spoken_thought(call, thoughts), bad_name, bad_args, turn)
                     )
                     traj.messages.append(tool_message(bad_name, observed.text, turn))
                     traj.observations.append(observed.text)
                     traj.recovery = {"turn": turn, "kind": kind, "error": observed.error}
                     turn += 1
-                    call = Call(call.tool, call.args, fix, call.remaining)
+                    call = replace(call, thought=fix)
                     continue
             observed = tools.call(name, args)
-            traj.messages.append(assistant_call(spoken_thought(call, plan), name, args, turn))
+            traj.messages.append(assistant_call(spoken_thought(call, thoughts), name, args, turn))
             traj.messages.append(tool_message(name, observed.text, turn))
             traj.observations.append(observed.text)
             turn += 1

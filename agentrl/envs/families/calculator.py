@@ -12,7 +12,7 @@ import operator
 import random
 from typing import Any, ClassVar
 
-from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
+from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox, in_order
 from agentrl.envs.world import World
 from agentrl.tools.executor import ToolError
 from agentrl.tools.vocab import ToolVocab
@@ -39,6 +39,15 @@ def operation_steps(steps: list[list[Any]]) -> tuple[str, ...]:
     ('multiply by 4', 'add 9')
     """
     return tuple(f"{OPERATIONS[symbol][0]} {operand}" for symbol, operand in steps)
+
+
+def rest_of(value: Any, steps: list[list[Any]]) -> tuple[str, ...]:
+    """A calculation from ``value`` on, as the steps a prompt or a restated task names.
+
+    >>> in_order(*rest_of(529, [["-", 83], ["*", 14]]))
+    'start with 529, then subtract 83, then multiply by 14'
+    """
+    return (f"start with {value}", *operation_steps(steps))
 
 
 def _clean(value: float) -> int | float:
@@ -119,8 +128,8 @@ class CalculatorEnv(Environment):
         if len(steps) == 1:
             prompt = f"What is {start} {steps[0][0]} {steps[0][1]}?"
         else:
-            parts = operation_steps(steps)
-            prompt = f"Start with {start}, then " + ", then ".join(parts) + ". What is the result?"
+            parts = in_order(*operation_steps(steps))
+            prompt = f"Start with {start}, then {parts}. What is the result?"
         return TaskSpec(
             prompt=prompt,
             state={"start": start, "steps": steps},
@@ -139,5 +148,6 @@ class CalculatorEnv(Environment):
                 {"expression": f"{value} {symbol} {operand}"},
                 thought,
                 operation_steps(steps[i + 1 :]),
+                in_order(*rest_of(value, steps[i:])),
             )
         return str(value)

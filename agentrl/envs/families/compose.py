@@ -9,13 +9,14 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from agentrl.envs.base import Call, Environment, Solver, TaskSpec
+from agentrl.envs.base import Call, Environment, Solver, TaskSpec, in_order
 from agentrl.envs.families.calculator import (
     OPERATIONS,
     CalculatorEnv,
     CalculatorTools,
     evaluate,
     operation_steps,
+    rest_of,
 )
 from agentrl.envs.families.knowledge_base import (
     KnowledgeBaseEnv,
@@ -45,7 +46,7 @@ class ComposeEnv(Environment):
             symbol = rng.choice(list(OPERATIONS))
             steps.append([symbol, world.number(2, 30) if symbol == "*" else world.number(2, 99)])
             value = evaluate(f"{value} {symbol} {steps[-1][1]}")
-        parts = ", then ".join(operation_steps(steps))
+        parts = in_order(*operation_steps(steps))
         return TaskSpec(
             prompt=f"Take {question(path, start)} from the knowledge base, {parts}. What is the result?",
             state={"facts": facts, "start": start, "path": path, "steps": steps},
@@ -65,5 +66,6 @@ class ComposeEnv(Environment):
                 {"expression": f"{current} {symbol} {operand}"},
                 f"Now compute with {current}.",
                 operation_steps(steps[i + 1 :]),
+                in_order(*rest_of(current, steps[i:])),
             )
         return str(current)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox
+from agentrl.envs.base import Call, Environment, Solver, TaskSpec, ToolBox, in_order
 from agentrl.envs.verify import answer_spec
 from agentrl.envs.world import World
 from agentrl.tools.executor import ToolError
@@ -165,7 +165,7 @@ def relation_steps(path: list[str]) -> tuple[str, ...]:
 
 def follow_path(start: str, path: list[str], then: tuple[str, ...] = ()) -> Solver:
     """Oracle steps for a relation path: each lookup starts from the last observation;
-    ``then`` names the steps after the path (for the plan)."""
+    ``then`` names the steps after the path (for the plan and the restated task)."""
     current = start
     steps = relation_steps(path)
     for i, relation in enumerate(path):
@@ -174,6 +174,7 @@ def follow_path(start: str, path: list[str], then: tuple[str, ...] = ()) -> Solv
             {"entity": current, "relation": relation},
             f"I need the {relation.replace('_', ' ')} of {current}.",
             steps[i + 1 :] + then,
+            in_order(question(path[i:], current), *then),
         )
     return current
 
