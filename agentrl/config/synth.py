@@ -88,8 +88,11 @@ class SplitSection(Strict):
         "their traces did, so deeper chains still stop early. 'restate' writes instead the "
         "task left from this call on in the prompt's words, what is found filled in ('Left: "
         "the population of Ulm, then add 5.'): the next call reads off its end, the next "
-        "restatement copies it less one step, at any depth (calculator, knowledge_base and "
-        "compose; 'brief' in the other families). Written by the oracle teacher (an openai "
+        "restatement copies it less one step (calculator, knowledge_base and compose; 'brief' "
+        "in the other families). Measured the same way: the first restatement names every "
+        "step more often, but later ones keep at most the one step left that the traces "
+        "showed (heldout_compose 0.045 -> 0.005), and rl on top learns to stop dropping "
+        "steps, repeating a done one (test 0.955 -> 0.685). Written by the oracle teacher (an openai "
         "teacher of midtrain or sft traces writes its own).",
     )
 
