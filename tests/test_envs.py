@@ -49,19 +49,28 @@ def test_oracle_trajectories_pass_every_layer(
         assert record["messages"][-1]["content"].startswith("Answer: ")
 
 
+def _calls_under(
+    sampler: Sampler, registry: Registry, family: str, index: int, thoughts: str
+) -> tuple[dict, list[dict]]:
+    """The call messages of one deep episode written under ``thoughts``, checked to pass
+    verification and to make the same calls as the brief episode: only the words differ."""
+    deep = {"hops": [1, 3], "ops": [1, 3], "horizon": [1, 4]}
+    brief = _record(sampler, family, index, difficulty=deep)
+    record = _record(sampler, family, index, difficulty=deep, thoughts=thoughts)
+    assert verification.check(registry, record) is None
+    calls = [m for m in record["messages"] if m.get("tool_calls")]
+    assert [m["tool_calls"] for m in calls] == [
+        m["tool_calls"] for m in brief["messages"] if m.get("tool_calls")
+    ]
+    return record, calls
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_plan_thoughts_count_down_the_steps_of_the_same_episode(
     sampler: Sampler, registry: Registry, family: str
 ) -> None:
-    deep = {"hops": [1, 3], "ops": [1, 3], "horizon": [1, 4]}
     for index in range(10):
-        brief = _record(sampler, family, index, difficulty=deep)
-        plan = _record(sampler, family, index, difficulty=deep, thoughts="plan")
-        assert verification.check(registry, plan) is None
-        calls = [m for m in plan["messages"] if m.get("tool_calls")]
-        assert [m["tool_calls"] for m in calls] == [
-            m["tool_calls"] for m in brief["messages"] if m.get("tool_calls")
-        ]
+        _, calls = _calls_under(sampler, registry, family, index, "plan")
         left = [
             m["content"].count("; ") + 1 if "Left after this" in m["content"] else 0 for m in calls
         ]
@@ -73,15 +82,8 @@ def test_plan_thoughts_count_down_the_steps_of_the_same_episode(
 def test_restated_tasks_shrink_by_one_step_and_carry_each_observation(
     sampler: Sampler, registry: Registry, family: str
 ) -> None:
-    deep = {"hops": [1, 3], "ops": [1, 3], "horizon": [1, 4]}
     for index in range(10):
-        brief = _record(sampler, family, index, difficulty=deep)
-        record = _record(sampler, family, index, difficulty=deep, thoughts="restate")
-        assert verification.check(registry, record) is None
-        calls = [m for m in record["messages"] if m.get("tool_calls")]
-        assert [m["tool_calls"] for m in calls] == [
-            m["tool_calls"] for m in brief["messages"] if m.get("tool_calls")
-        ]
+        record, calls = _calls_under(sampler, registry, family, index, "restate")
         rests = [m["content"].split("Left: ", 1)[1].split(". ", 1)[0] for m in calls]
         steps = [r.count(", then ") + r.count(" of ") for r in rests]
         assert steps == list(range(len(calls), 0, -1)), rests
