@@ -66,17 +66,39 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The first CPU's model name: bf16 stages reproduce their bytes only on the same kind
-    of CPU (an AMX Xeon and an AVX512-BF16 EPYC run other kernels), so results that pin
-    a model's digest name it."""
+    r"""The first CPU's kind: model name, family and model numbers, and its native bf16
+    flags. bf16 stages reproduce their bytes only on the same kind of CPU (an AMX Xeon and
+    an AVX512-BF16 EPYC run other kernels), and a CPU without them runs every stage in
+    fp32, so results that pin a model's digest name it; the name alone ("AMD EPYC") is
+    shared by generations with and without bf16.
+
+    >>> import tempfile
+    >>> info = Path(tempfile.mkdtemp()) / "cpuinfo"
+    >>> _ = info.write_text("cpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+    ...                     "flags\t\t: fpu avx512f avx512_bf16\n")
+    >>> cpu_model(info)
+    'AMD EPYC (family 25 model 17, avx512_bf16)'
+    >>> _ = info.write_text("model name\t: AMD EPYC\nflags\t\t: fpu avx2\n")
+    >>> cpu_model(info)
+    'AMD EPYC (no native bf16)'
+    """
     try:
         text = cpuinfo.read_text()
     except OSError:
         return "unknown"
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown"
+    first = text.split("\n\n")[0]
+    fields = dict(
+        (key.strip(), value.strip())
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+    )
+    name = fields.get("model name", "unknown")
+    numbers = (
+        [f"family {fields['cpu family']} model {fields['model']}"]
+        if "cpu family" in fields and "model" in fields
+        else []
+    )
+    bf16 = sorted(cpu_flags(cpuinfo) & NATIVE_BF16_FLAGS)
+    return f"{name} ({', '.join([*numbers, ' '.join(bf16) or 'no native bf16'])})"
 
 
 def native_bf16(device: str) -> bool:

@@ -31,6 +31,15 @@ though a task recurs once per seed). The midtrain ablation (sft straight from
 ``models/base``) is scored on the two splits mid-training is meant to move. study.md
 also counts grounded episodes by task family × expert calls (where an arm gains). Writes
 ``<results>/study.json`` and ``<results>/study.md``; runs stay in ``--out``.
+
+A study may span sessions on different kinds of CPU. The sft stages reproduce their bytes
+only on one kind (bf16 kernels differ between an AMX Xeon and an AVX512-BF16 EPYC, and a
+CPU without native bf16 trains in fp32), so each kind's ``models/sft`` is an entry of its
+own (``sft``, then ``sft@<digest>``: digest and CPU), evaluated when first met, and each
+run records the one it started from and is paired against it, in every table. A run
+begun from another machine's sft is kept as it is (its model is not here). Stated: the
+seeds of an arm may then differ in their machine as well as their seed, and an arm paired
+against the control at the same seed may pair runs from two sfts (task by task still).
 """
 
 from __future__ import annotations
@@ -44,13 +53,14 @@ from pathlib import Path
 import yaml
 from study_runs import (
     BAND_KEYS,
+    is_start,
     overrides_of,
-    pin_sft,
     rollout_cell,
     run_params,
     run_stage,
     scored_under,
     split_variants,
+    start_key,
     task_shapes,
 )
 
@@ -173,26 +183,35 @@ def main() -> None:
 
     sft_params = run_params(base, args.out / "sft", common)
     profile_pivots(sft_params, common)
-    pin_sft(
-        results.setdefault("sft", {}), Path(base["base"]["paths"]["models"]) / "sft", results_path
-    )
+    start = start_key(results, Path(base["base"]["paths"]["models"]) / "sft")
     started = time.perf_counter()
-    results["sft"]["eval"] = evaluate(
-        args.out / "sft/models/sft", sft_params, splits, args.eval_n, results["sft"].get("eval")
+    results[start]["eval"] = evaluate(
+        args.out / "sft/models/sft", sft_params, splits, args.eval_n, results[start].get("eval")
     )
-    print(f"sft evaluated in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{start} evaluated in {time.perf_counter() - started:.0f} s", flush=True)
     save()
+
+    def elsewhere(name: str) -> bool:
+        """Did ``name`` start from another machine's sft? Its model is not here: its
+        cells stay as they were."""
+        theirs = results[name].get("start", "sft")
+        if theirs != start:
+            print(f"{name}: started from {theirs}, not this machine's {start}: kept as it is")
+        return theirs != start
+
     if args.midtrain_ablation:
         run_dir = (args.out / "sft_from_base").resolve()
         path = run_params(base, run_dir, common, link=("midtrain", "base"))
         if "sft_from_base" not in results:
-            results["sft_from_base"] = {"train_s": round(run_stage("sft", path, run_dir), 1)}
-        ablation_splits = tuple(s for s in ABLATION_SPLITS if s in splits)
-        results["sft_from_base"]["eval"] = evaluate(
-            run_dir / "models/sft", path, ablation_splits, args.eval_n,
-            results["sft_from_base"].get("eval"),
-        )  # fmt: skip
-        save()
+            train_s = round(run_stage("sft", path, run_dir), 1)
+            results["sft_from_base"] = {"train_s": train_s, "start": start}
+        if not elsewhere("sft_from_base"):
+            ablation_splits = tuple(s for s in ABLATION_SPLITS if s in splits)
+            results["sft_from_base"]["eval"] = evaluate(
+                run_dir / "models/sft", path, ablation_splits, args.eval_n,
+                results["sft_from_base"].get("eval"),
+            )  # fmt: skip
+            save()
     arms = [a for a in args.arms.split(",") if a != "none"]
     for seed in seeds:
         for arm in arms:
@@ -200,6 +219,8 @@ def main() -> None:
             run_dir = args.out / name
             path = run_params(base, run_dir, {**ARMS[arm], **common, "rl.seed": seed})
             if name in results:  # trained: evaluate what is missing or ran another harness
+                if elsewhere(name):
+                    continue
                 model = run_dir / "models/rl"
                 if results[name]["adopted"]:
                     model = workspace_rl(path, Path(args.params))
@@ -229,6 +250,7 @@ def main() -> None:
                 "seed": seed,
                 "train_s": train_s,
                 "adopted": adopted is not None,
+                "start": start,
                 "rl": rl_metrics["mean"],
                 "eval": evaluate(model, path, splits, args.eval_n),
             }
@@ -237,24 +259,31 @@ def main() -> None:
     save()
 
 
+def start_of(results: dict, result: dict) -> dict:
+    """The sft entry ``result`` is paired against: the sft it started from (runs made
+    before runs recorded it started from ``sft``), or itself for an sft entry."""
+    return result if "digest" in result else results[result.get("start", "sft")]
+
+
 def current(result: dict, sft: dict, split: str) -> dict | None:
     """``result``'s cell on ``split`` when it ran sft's tasks under sft's harness changes,
     else None. sft is evaluated first in every study run, so its cells are the current
     ones: a cell the study has yet to redo (a split added, a variant changed) is left out
     of every table until it is, never mixed with current ones."""
-    cell, ref = result["eval"].get(split), sft["eval"].get(split)
+    cell, ref = result.get("eval", {}).get(split), sft.get("eval", {}).get(split)
     if cell is None or ref is None:
         return None
     return cell if (cell.get("harness"), cell["n"]) == (ref.get("harness"), ref["n"]) else None
 
 
-def pooled(runs: list[dict], controls: list[dict], split: str, sft: dict) -> str:
+def pooled(runs: list[dict], controls: list[dict], split: str, results: dict) -> str:
     """``runs`` minus ``controls`` on ``split``, paired run by run (seed with seed) and task
-    by task; '–' where a run lacks a current cell of the split or per-task outcomes."""
+    by task; '–' where a run lacks a current cell of the split (against the sft it started
+    from) or per-task outcomes."""
     before, after = [], []
     for run, control in zip(runs, controls, strict=True):
-        mine = (current(run, sft, split) or {}).get("outcomes")
-        theirs = (current(control, sft, split) or {}).get("outcomes")
+        mine = (current(run, start_of(results, run), split) or {}).get("outcomes")
+        theirs = (current(control, start_of(results, control), split) or {}).get("outcomes")
         if mine is None or theirs is None or len(mine) != len(theirs):
             return "–"
         before += [bool(x) for x in theirs]
@@ -262,7 +291,9 @@ def pooled(runs: list[dict], controls: list[dict], split: str, sft: dict) -> str
     return str(paired_difference(before, after)) if after else "–"
 
 
-def shape_table(split: str, shape: list[str], rows: dict[str, list[dict]], sft: dict) -> list[str]:
+def shape_table(
+    split: str, shape: list[str], rows: dict[str, list[dict]], results: dict
+) -> list[str]:
     """Grounded episodes on ``split`` by task family × expert calls (``shape``: the tasks in
     order), one row per name of ``rows``, its runs' current cells pooled: where an arm
     gains or loses, by the kind of task."""
@@ -270,7 +301,7 @@ def shape_table(split: str, shape: list[str], rows: dict[str, list[dict]], sft: 
     lines = ["", f"### {split}", "", "| checkpoint | " + " | ".join(kinds) + " |",
              "|---" * (len(kinds) + 1) + "|"]  # fmt: skip
     for name, runs in rows.items():
-        cells = [cell for run in runs if (cell := current(run, sft, split))]
+        cells = [cell for run in runs if (cell := current(run, start_of(results, run), split))]
         if not cells or any(len(c["outcomes"]) != len(shape) for c in cells):
             continue
         won = {k: [o for c in cells for o, s in zip(c["outcomes"], shape, strict=True) if s == k]
@@ -288,17 +319,23 @@ def report(
     random control and its head-to-head rival; the first fault of failed episodes; and
     grounded episodes by kind of task, each arm's seeds pooled."""
     sft = results["sft"]
-    made = f"sft `{sft.get('digest', '?')}`, made on {sft.get('cpu', 'a CPU not recorded')}"
+    starts = {name: entry for name, entry in results.items() if is_start(name)}
+    made = [f"{name} `{entry.get('digest', '?')}`, made on "
+            f"{entry.get('cpu', 'a CPU not recorded')}" for name, entry in starts.items()]  # fmt: skip
+    pairing = (
+        ["", "Each run is paired against the sft it started from (its machine's): "
+         "'sft' in the tables below means that one."] if len(starts) > 1 else []
+    )  # fmt: skip
     ran = [f"{s} {sft['eval'][s]['variant']} `{json.dumps(sft['eval'][s]['harness'])}`"
-           for s in splits if "variant" in sft["eval"].get(s, {})]  # fmt: skip
-    lines = [made, "", f"Eval variant of each split: {'; '.join(ran)}.", "", "## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
+           for s in splits if "variant" in sft.get("eval", {}).get(s, {})]  # fmt: skip
+    lines = ["; ".join(made), *pairing, "", f"Eval variant of each split: {'; '.join(ran)}.", "", "## Runs", "", "| run | " + " | ".join(f"{s} grounded [95% CI] | vs sft (paired)"
              for s in splits) + " |", "|---" * (2 * len(splits) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
-        cells = []
+        cells, own = [], start_of(results, result)
         for s in splits:
-            cell = current(result, sft, s)
+            cell = current(result, own, s)
             cells.append(str(wilson(cell["grounded"], cell["n"])) if cell else "–")
-            cells.append(pooled([result], [sft], s, sft) if name != "sft" and cell else "")
+            cells.append(pooled([result], [own], s, results) if not is_start(name) and cell else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     by_arm: dict[str, dict[int, dict]] = {}
     for result in results.values():
@@ -317,18 +354,24 @@ def report(
                 continue
             seeds = sorted(s for s in runs_by_seed if rival == "sft" or s in by_arm[rival])
             runs = [runs_by_seed[s] for s in seeds]
-            controls = [sft if rival == "sft" else by_arm[rival][s] for s in seeds]
+            controls = [
+                start_of(results, run) if rival == "sft" else by_arm[rival][s]
+                for s, run in zip(seeds, runs, strict=True)
+            ]
             cells = []
             for s in splits:
-                shown = [current(r, sft, s) for r in runs]
+                shown = [current(r, start_of(results, r), s) for r in runs]
                 rates = [c["grounded"] / c["n"] for c in shown if c]
                 whole = rates and len(rates) == len(runs)  # a mean over some seeds misleads
-                cells += [str(over_seeds(rates)) if whole else "–", pooled(runs, controls, s, sft)]
+                cells += [
+                    str(over_seeds(rates)) if whole else "–",
+                    pooled(runs, controls, s, results),
+                ]
             lines.append(f"| {arm} | {len(runs)} | {rival} | " + " | ".join(cells) + " |")
     lines += ["", f"## Episodes by first fault ({', '.join(splits)})", "",
               "| run | " + " | ".join(FAILURES) + " |", "|---" * (len(FAILURES) + 1) + "|"]  # fmt: skip
     for name, result in results.items():
-        shown = [cell for s in splits if (cell := current(result, sft, s))]
+        shown = [cell for s in splits if (cell := current(result, start_of(results, result), s))]
         counts = breakdown([k for cell in shown for k in cell["failures"]])
         lines.append(f"| {name} | " + " | ".join(str(counts[f]) for f in FAILURES) + " |")
     arm_rows = {
@@ -338,7 +381,8 @@ def report(
     if shapes:
         lines += ["", "## Grounded episodes by task family × expert calls (seeds pooled)"]
         for split in splits:
-            lines += shape_table(split, shapes[split], {"sft": [sft]} | arm_rows, sft)
+            sft_rows = {name: [entry] for name, entry in starts.items()}
+            lines += shape_table(split, shapes[split], sft_rows | arm_rows, results)
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     print(text)

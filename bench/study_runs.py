@@ -139,15 +139,19 @@ def rollout_cell(
     }
 
 
+def sft_digest(sft_dir: Path) -> str:
+    """The content digest of an sft model directory but its chat template: the template is
+    read by apply_chat_template and servers' chat endpoints, never by training or rollouts
+    (agentrl.chat renders), so a template fix keeps results paired."""
+    return content_digest(sft_dir, skip=frozenset({"chat_template.jinja"}))[:32]
+
+
 def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
     """Record in ``pin`` (first run) or check (later runs) the sft that results paired
     against it started from: its content digest (but the chat template) and the CPU that
     made it. bf16 stages reproduce their bytes only on one kind of CPU, so results that span
     sessions stop rather than pair a run against another machine's sft."""
-    # the chat template is read by apply_chat_template and servers' chat endpoints, never
-    # by training or rollouts (agentrl.chat renders): a template fix keeps results paired
-    digest = content_digest(sft_dir, skip=frozenset({"chat_template.jinja"}))[:32]
-    cpu = cpu_model()
+    digest, cpu = sft_digest(sft_dir), cpu_model()
     if pin.setdefault("digest", digest) != digest:
         raise SystemExit(
             f"{results_path}: sft.digest: {pin['digest']} is not the workspace's models/sft "
@@ -155,6 +159,38 @@ def pin_sft(pin: dict, sft_dir: Path, results_path: Path) -> None:
             "write these results elsewhere (--results)"
         )
     pin.setdefault("cpu", cpu)
+
+
+def start_key(results: dict, sft_dir: Path) -> str:
+    """The key in ``results`` of the sft entry that is the workspace's ``models/sft``: its
+    digest (but the chat template) and the CPU that made it. The first is ``sft``; an sft
+    made on another kind of CPU (bf16 stages reproduce their bytes only on one kind, and a
+    CPU without native bf16 trains in fp32) gets an entry of its own, ``sft@<digest>``, so
+    a study can go on on whatever machine a session has: each run is paired against the
+    sft it started from.
+
+    >>> import tempfile
+    >>> sft = Path(tempfile.mkdtemp())
+    >>> _ = (sft / "model.safetensors").write_bytes(b"one")
+    >>> results = {}
+    >>> start_key(results, sft), start_key(results, sft), sorted(results["sft"])
+    ('sft', 'sft', ['cpu', 'digest'])
+    >>> _ = (sft / "model.safetensors").write_bytes(b"two")
+    >>> start_key(results, sft).startswith("sft@"), len(results)
+    (True, 2)
+    """
+    digest = sft_digest(sft_dir)
+    for key, entry in results.items():
+        if is_start(key) and entry.get("digest") == digest:
+            return key
+    key = "sft" if "sft" not in results else f"sft@{digest[:8]}"
+    results[key] = {"digest": digest, "cpu": cpu_model()}
+    return key
+
+
+def is_start(name: str) -> bool:
+    """Does ``name`` key an sft entry of a study's results (``sft`` or ``sft@<digest>``)?"""
+    return name == "sft" or name.startswith("sft@")
 
 
 def task_shapes(data: Path, split: str, n: int) -> list[str]:

@@ -12,7 +12,7 @@ from conftest import ROOT, small_params, write_params
 
 sys.path.insert(0, str(ROOT / "bench"))
 from rl_study import profile_pivots, report, split_variants, stale_splits
-from study_runs import pin_sft
+from study_runs import pin_sft, start_key
 
 
 def test_results_pin_their_sft_and_stop_on_another(tmp_path: Path) -> None:
@@ -101,3 +101,43 @@ def test_a_study_report_leaves_out_cells_it_has_yet_to_redo(tmp_path: Path) -> N
     test, long_horizon = by_shape.split("### long_horizon")
     assert "| gigpo (1 seed) | 2/2 | 1/2 |" in test and "| random (1 seed) | 1/2 | 0/2 |" in test
     assert "| grpo" not in long_horizon and "| random" not in long_horizon  # not yet redone
+
+
+def test_a_study_across_machines_pairs_each_run_against_the_sft_it_started_from(
+    tmp_path: Path,
+) -> None:
+    """Another kind of CPU makes another sft: it gets an entry of its own, and a run that
+    started from it is paired against it, not against the first machine's."""
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    (sft / "model.safetensors").write_bytes(b"one")
+    results: dict = {}
+    assert start_key(results, sft) == "sft"
+    (sft / "model.safetensors").write_bytes(b"two")  # rebuilt on another machine
+    other = start_key(results, sft)
+    assert other.startswith("sft@") and start_key(results, sft) == other
+
+    def cell(outcomes: list[int]) -> dict:
+        return {"grounded": sum(outcomes), "n": len(outcomes), "variant": "greedy",
+                "harness": {}, "outcomes": outcomes,
+                "failures": ["grounded" if o else "wrong_value" for o in outcomes]}  # fmt: skip
+
+    results["sft"]["eval"] = {"test": cell([0, 0, 0, 0])}
+    results[other]["eval"] = {"test": cell([1, 1, 0, 0])}
+    results["gigpo-s0"] = {"arm": "gigpo", "seed": 0, "eval": {"test": cell([1, 0, 0, 0])}}
+    results["gigpo-s1"] = {"arm": "gigpo", "seed": 1, "start": other,
+                           "eval": {"test": cell([1, 1, 1, 0])}}  # fmt: skip
+    report(results, ("test",), tmp_path / "study.md", {"test": ["calculator×1"] * 4})
+    text = (tmp_path / "study.md").read_text()
+    assert text.startswith("sft `") and f"; {other} `" in text.splitlines()[0]
+    runs = text.split("## Runs")[1].split("## Arms")[0]
+    vs = {line.split(" | ")[0][2:]: line.split(" | ")[2]
+          for line in runs.splitlines() if line.startswith("| gigpo")}  # fmt: skip
+    assert vs["gigpo-s0"].startswith("+0.250") and "won 1, lost 0 of 4" in vs["gigpo-s0"]
+    assert vs["gigpo-s1"].startswith("+0.250") and "won 1, lost 0 of 4" in vs["gigpo-s1"]
+    arms = text.split("## Arms")[1].split("## Episodes")[0]
+    assert "won 2, lost 0 of 8" in next(
+        line for line in arms.splitlines() if "| gigpo | 2 |" in line
+    )
+    shapes = text.split("### test")[1]
+    assert "| sft | 0/4 |" in shapes and f"| {other} | 2/4 |" in shapes
