@@ -4,10 +4,12 @@ has zero advantage under GRPO and GiGPO, so it teaches nothing).
 
     python bench/rl_signal.py                                  # models/sft on rl, every kind
     python bench/rl_signal.py --family knowledge_base --per-shape 16
+    python bench/rl_signal.py --split heldout_compose --per-shape 8 --max-turns 10
 
 Runs the first ``--per-shape`` tasks of each family and depth (hops, operations) of
 ``--split`` through the harness as rl rolls out (params.yaml's harness, ``rl.group_size``
-samples a task, one batch) and prints a table. Simplification: one seed; a depth's figure
+samples a task, one batch) and prints a table. ``--max-turns`` gives deeper tasks the
+turns their chains need (compose at 4 hops and 4 operations: 9) where rl's budget is less. Simplification: one seed; a depth's figure
 is over its first tasks in file order, not a random draw.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 import torch
 
 from agentrl.chat import get_format
-from agentrl.config import load_params
+from agentrl.config import EvalVariant, load_params
 from agentrl.dataset import iter_records
 from agentrl.envs.registry import load_registry
 from agentrl.harness.build import build_engine
@@ -35,6 +37,7 @@ def main() -> None:
     parser.add_argument("--split", default="rl")
     parser.add_argument("--family", default=None, help="only this task family")
     parser.add_argument("--per-shape", type=int, default=16, help="tasks of each depth")
+    parser.add_argument("--max-turns", type=int, default=None, help="default: harness.max_turns")
     args = parser.parse_args()
     cfg = load_params(args.params)
     data = Path(cfg.base.paths.data) / "synth"
@@ -47,11 +50,13 @@ def main() -> None:
 
     fmt = get_format(cfg.model.format)
     registry = load_registry(cfg.synth.envs, cfg.synth.heldout_tool_share, args.params)
+    turns = {} if args.max_turns is None else {"max_turns": args.max_turns}
+    settings = EvalVariant(name="signal", harness=turns).applied_to(cfg.harness)
     engine, tokenizer = build_engine(
-        cfg.harness, args.model, fmt, stage_precision(cfg.base.precision, args.params)
+        settings, args.model, fmt, stage_precision(cfg.base.precision, args.params)
     )
     torch.manual_seed(cfg.base.seed)
-    harness = Harness(engine, tokenizer, fmt, registry, cfg.harness)
+    harness = Harness(engine, tokenizer, fmt, registry, settings)
     try:
         episodes = harness.run(
             [r for rs in chosen.values() for r in rs], samples=cfg.rl.group_size, seed=cfg.base.seed
@@ -62,7 +67,7 @@ def main() -> None:
     for episode in episodes:
         groups[shape_of[episode.task_id]][episode.task_id].append(int(episode.grounded))
 
-    print(f"{args.model} on {args.split}, T={cfg.harness.temperature}, "
+    print(f"{args.model} on {args.split}, T={settings.temperature}, {settings.max_turns} turns, "
           f"{cfg.rl.group_size} samples a task\n")  # fmt: skip
     print("| shape | tasks | grounded | groups with mixed outcomes | groups with any success |")
     print("|---|---|---|---|---|")
