@@ -97,7 +97,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         if "cpu family" in fields and "model" in fields
         else []
     )
-    bf16 = sorted(cpu_flags(cpuinfo) & NATIVE_BF16_FLAGS)
+    bf16 = sorted(frozenset(fields.get("flags", "").split()) & NATIVE_BF16_FLAGS)
     return f"{name} ({', '.join([*numbers, ' '.join(bf16) or 'no native bf16'])})"
 
 

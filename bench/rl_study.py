@@ -262,7 +262,7 @@ def main() -> None:
 def start_of(results: dict, result: dict) -> dict:
     """The sft entry ``result`` is paired against: the sft it started from (runs made
     before runs recorded it started from ``sft``), or itself for an sft entry."""
-    return result if "digest" in result else results[result.get("start", "sft")]
+    return result if is_start(result) else results[result.get("start", "sft")]
 
 
 def current(result: dict, sft: dict, split: str) -> dict | None:
@@ -319,7 +319,7 @@ def report(
     random control and its head-to-head rival; the first fault of failed episodes; and
     grounded episodes by kind of task, each arm's seeds pooled."""
     sft = results["sft"]
-    starts = {name: entry for name, entry in results.items() if is_start(name)}
+    starts = {name: entry for name, entry in results.items() if is_start(entry)}
     made = [f"{name} `{entry.get('digest', '?')}`, made on "
             f"{entry.get('cpu', 'a CPU not recorded')}" for name, entry in starts.items()]  # fmt: skip
     pairing = (
@@ -335,7 +335,9 @@ def report(
         for s in splits:
             cell = current(result, own, s)
             cells.append(str(wilson(cell["grounded"], cell["n"])) if cell else "–")
-            cells.append(pooled([result], [own], s, results) if not is_start(name) and cell else "")
+            cells.append(
+                pooled([result], [own], s, results) if not is_start(result) and cell else ""
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     by_arm: dict[str, dict[int, dict]] = {}
     for result in results.values():

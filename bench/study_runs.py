@@ -181,16 +181,17 @@ def start_key(results: dict, sft_dir: Path) -> str:
     """
     digest = sft_digest(sft_dir)
     for key, entry in results.items():
-        if is_start(key) and entry.get("digest") == digest:
+        if is_start(entry) and entry["digest"] == digest:
             return key
     key = "sft" if "sft" not in results else f"sft@{digest[:8]}"
     results[key] = {"digest": digest, "cpu": cpu_model()}
     return key
 
 
-def is_start(name: str) -> bool:
-    """Does ``name`` key an sft entry of a study's results (``sft`` or ``sft@<digest>``)?"""
-    return name == "sft" or name.startswith("sft@")
+def is_start(entry: dict) -> bool:
+    """Is ``entry`` of a study's results an sft entry (``sft`` or ``sft@<digest>``), the
+    start runs are paired against? Only those record a digest."""
+    return "digest" in entry
 
 
 def task_shapes(data: Path, split: str, n: int) -> list[str]:
