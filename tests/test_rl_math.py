@@ -189,6 +189,43 @@ def test_rewards_grounded_only_penalty_and_the_random_control() -> None:
     assert abs(sum(on_success) / len(on_success) - sum(on_failure) / len(on_failure)) < 0.05
 
 
+def test_progress_credits_a_failed_episode_for_the_expert_results_it_obtained() -> None:
+    import random
+
+    from agentrl.config import RLSection
+    from agentrl.harness.records import Episode
+    from agentrl.rl.rewards import outcome_rewards
+
+    def tool(content: str) -> dict[str, str]:
+        return {"role": "tool", "content": content}
+
+    task = {  # an rl record: the prompt, and the expert's trajectory apart
+        "id": "t",
+        "messages": [{"role": "user", "content": "the mayor of the birthplace of Venranba"}],
+        "expert": [{"role": "user", "content": "q"}, tool("Ulm"), tool("Odila")],
+    }
+
+    def episode(observations: list[str], grounded: bool) -> Episode:
+        return Episode(
+            "t", 0, [tool(o) for o in observations], [], reward=float(grounded),
+            success=grounded, grounded=grounded,
+        )  # fmt: skip
+
+    batch = [
+        episode(["Ulm", "Odila"], True),  # the chain and the answer
+        episode(["Ulm", "Odila"], False),  # the whole chain, a wrong answer
+        episode(["Error: no relation 'mayor'", "Ulm"], False),  # the first hop
+        episode(["Error: no relation 'mayor'"], False),  # nothing
+    ]
+    credited = RLSection(progress_weight=0.25)
+    assert outcome_rewards(batch, credited, random.Random(0), [task]) == [1.0, 0.25, 0.125, 0.0]
+    # off by default and without the tasks (one-turn episodes): the outcome alone
+    assert outcome_rewards(batch, RLSection(), random.Random(0), [task]) == [1.0, 0.0, 0.0, 0.0]
+    assert outcome_rewards(batch, credited, random.Random(0)) == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="progress is measured over whole episodes"):
+        RLSection(progress_weight=0.25, rollouts="pivots")
+
+
 def test_a_scale_overrides_the_estimators_own() -> None:
     groups = [group(1.0, 0.0), group(3.0, 0.0)]
     assert flat(advantages("grpo", groups, scale="none")) == flat(advantages("dr_grpo", groups))

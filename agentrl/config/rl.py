@@ -91,6 +91,17 @@ class RLSection(Strict):
         "world answered from memorised facts after failed calls, and most of its success "
         "and of an RL gain was ungrounded).",
     )
+    progress_weight: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Partial credit for a failed episode: this weight times the share of "
+        "the expert trajectory's tool results it also obtained (the chain's intermediate "
+        "facts, each verified by a tool; a subgoal reward). Tasks deeper than sft can finish "
+        "come out all wrong in a group, no advantage; partial credit ranks how far along the "
+        "chain each got. Below 1, finishing always beats walking the chain and answering "
+        "wrong. Whole episodes only (pivot turns keep their verdict); 0 = outcome only.",
+    )
     invalid_call_penalty: float = Field(
         0.0, ge=0, description="Subtracted per failed tool call (shaping; 0 = outcome only)."
     )
@@ -177,6 +188,15 @@ class RLSection(Strict):
         "sequence length and the vocabulary (TRL's selective log-softmax, chunked).",
     )
     checkpoint_every: int = Field(2, ge=1, description="Steps between resumable checkpoints.")
+
+    @model_validator(mode="after")
+    def _progress_needs_episodes(self) -> RLSection:
+        if self.progress_weight and self.rollouts == "pivots":
+            raise ValueError(
+                f"progress_weight {self.progress_weight} with rollouts pivots: progress is "
+                "measured over whole episodes, and pivots has none; use episodes or mix"
+            )
+        return self
 
 
 class PivotsSection(Strict):

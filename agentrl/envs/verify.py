@@ -52,7 +52,8 @@ def _close(value: float, target: float, rtol: float, atol: float) -> bool:
     return abs(value - target) <= atol + rtol * abs(target)
 
 
-def _usable(observations: list[str]) -> list[str]:
+def usable(observations: list[str]) -> list[str]:
+    """The observations that are results, not error messages."""
     return [o for o in observations if not o.lstrip().startswith("Error:")]
 
 
@@ -62,7 +63,7 @@ def check_answer(
     """(correct, grounded) of an answer against a numeric or exact spec."""
     if answer is None:
         return False, False
-    seen = _usable(observations)
+    seen = usable(observations)
     if isinstance(spec["answer"], int | float) and not isinstance(spec["answer"], bool):
         found = numbers_in(answer)
         if len(found) != 1:

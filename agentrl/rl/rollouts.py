@@ -180,7 +180,7 @@ class EpisodeRollouts:
             episodes = self.harness.run(
                 tasks, self.cfg.group_size, seed=call * self.world + self.rank
             )
-            return episodes, outcome_rewards(episodes, self.cfg, self.rng)
+            return episodes, outcome_rewards(episodes, self.cfg, self.rng, tasks)
 
         return kept_groups(self.cfg, draw, wanted, data, self.name)
 
