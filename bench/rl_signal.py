@@ -103,3 +103,7 @@ def main() -> None:
         print(f"| {shape} | {len(groups)} | {right}/{total} ({right / total:.3f}) | "
               f"{mixed}/{len(groups)} | {any_right}/{len(groups)} | {walked} | "
               f"{varied}/{len(groups)} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
