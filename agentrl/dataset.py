@@ -12,6 +12,19 @@ from agentrl.config import EVAL_SPLITS
 from agentrl.errors import StageError
 
 
+def expert_trajectory(record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A record's expert trajectory: rl keeps it apart from the prompt its episodes start
+    from (``expert``), the other splits in ``messages``; None when it has the prompt only.
+
+    >>> expert_trajectory({"messages": [{"role": "user"}], "expert": [{"role": "user"}, {}]})
+    [{'role': 'user'}, {}]
+    >>> expert_trajectory({"messages": [{"role": "user"}]}) is None
+    True
+    """
+    messages = record.get("expert") or record["messages"]
+    return messages if len(messages) > 1 else None
+
+
 def split_dir(root: Path, split: str) -> Path:
     return root / "eval" / split if split in EVAL_SPLITS else root / split
 

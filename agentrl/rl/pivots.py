@@ -54,6 +54,7 @@ from typing import Any
 
 from agentrl.chat import ChatFormat, render_ids
 from agentrl.config import RLSection
+from agentrl.dataset import expert_trajectory
 from agentrl.envs.registry import Registry
 from agentrl.harness.loop import Harness
 from agentrl.harness.records import Episode
@@ -61,13 +62,6 @@ from agentrl.rl.rewards import outcome, outcome_rewards
 from agentrl.rl.rollouts import Group, ShuffledDraw, StepData, kept_groups
 from agentrl.rl.turn_reward import judge_turn
 from agentrl.tools.sandboxes import SandboxSpec
-
-
-def trajectory(record: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """A record's expert trajectory: rl keeps it apart (``expert``), sft and midtrain in
-    ``messages``; None when the record has the prompt only."""
-    messages = record.get("expert") or record["messages"]
-    return messages if len(messages) > 1 else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,11 +77,11 @@ class Pivot:
 
     @property
     def history(self) -> list[dict[str, Any]]:
-        return trajectory(self.record)[: self.index]  # type: ignore[index]
+        return expert_trajectory(self.record)[: self.index]  # type: ignore[index]
 
     @property
     def action(self) -> dict[str, Any]:
-        return trajectory(self.record)[self.index]  # type: ignore[index]
+        return expert_trajectory(self.record)[self.index]  # type: ignore[index]
 
     @property
     def kind(self) -> str:
@@ -102,7 +96,7 @@ def candidates(records: list[dict[str, Any]]) -> Iterator[Pivot]:
     """Every assistant turn of every trajectory, except a deliberate mistake (a call whose
     observation is an error: the recovery trajectories' wrong first try)."""
     for record in records:
-        messages = trajectory(record)
+        messages = expert_trajectory(record)
         for index, message in enumerate(messages or []):
             if message["role"] != "assistant" or index == 0:
                 continue

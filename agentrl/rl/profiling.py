@@ -27,14 +27,14 @@ from tqdm import tqdm
 from agentrl.atomic import atomic_dir
 from agentrl.chat import get_format
 from agentrl.config import ConfigError, Params
-from agentrl.dataset import iter_records, split_dir
+from agentrl.dataset import expert_trajectory, iter_records, split_dir
 from agentrl.envs.registry import load_registry
 from agentrl.errors import StageError
 from agentrl.harness.build import build_engine
 from agentrl.harness.loop import Harness
 from agentrl.outputs import write_metrics
 from agentrl.precision import stage_precision
-from agentrl.rl.pivots import Pivot, PivotJudge, candidates, fits, informative, profile, trajectory
+from agentrl.rl.pivots import Pivot, PivotJudge, candidates, fits, informative, profile
 from agentrl.tracking import StageRun, stage_run
 
 PIVOTS_FILE = "pivots.jsonl"
@@ -63,7 +63,7 @@ def pivot_records(params: Params) -> list[dict[str, Any]]:
     cfg = params.pivots
     root = Path(params.base.paths.data) / "synth"
     records = spread(list(iter_records(root, cfg.split)), cfg.tasks)
-    if not any(trajectory(r) for r in records):
+    if not any(expert_trajectory(r) for r in records):
         raise ConfigError(
             f"{params.file}: pivots.split: {cfg.split!r}: {split_dir(root, cfg.split)} holds "
             "no expert trajectories (synthesised before they were kept? rerun synth)"

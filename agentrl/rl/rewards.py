@@ -18,6 +18,7 @@ from statistics import fmean
 from typing import Any
 
 from agentrl.config import RLSection
+from agentrl.dataset import expert_trajectory
 from agentrl.envs.verify import normalize, usable
 
 
@@ -49,7 +50,7 @@ def expert_results(task: dict[str, Any]) -> list[str]:
     ...     {"role": "tool", "content": "Error: no entity"}, {"role": "tool", "content": "Ulm"}]})
     ['Ulm']
     """
-    messages = task.get("expert") or task["messages"]
+    messages = expert_trajectory(task) or []
     return usable([m["content"] for m in messages if m["role"] == "tool"])
 
 

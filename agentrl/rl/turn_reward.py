@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.chat import ChatFormat, parse
+from agentrl.dataset import expert_trajectory
 from agentrl.envs.registry import Registry
 from agentrl.envs.verify import verify
 from agentrl.tools.sandboxes import SandboxSpec
@@ -121,8 +122,7 @@ def _replay(tools: Any, history: list[dict[str, Any]]) -> None:
 
 def _observation_after(record: dict[str, Any], history: list[dict[str, Any]]) -> str:
     """The tool message that followed the expert's action in its trajectory."""
-    trajectory = record.get("expert") or record["messages"]
-    return trajectory[len(history) + 1]["content"]
+    return expert_trajectory(record)[len(history) + 1]["content"]  # type: ignore[index]
 
 
 def _judge_answer(
