@@ -53,16 +53,21 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def first_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The fields of the first CPU in ``cpuinfo`` (empty where there is none)."""
+    try:
+        first = cpuinfo.read_text().split("\n\n")[0]
+    except OSError:
+        return {}
+    return dict(
+        (key.strip(), value.strip())
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+    )
+
+
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where there is none)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
+    return frozenset(first_cpu(cpuinfo).get("flags", "").split())
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -82,15 +87,9 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     >>> cpu_model(info)
     'AMD EPYC (no native bf16)'
     """
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
+    fields = first_cpu(cpuinfo)
+    if not fields:
         return "unknown"
-    first = text.split("\n\n")[0]
-    fields = dict(
-        (key.strip(), value.strip())
-        for key, _, value in (line.partition(":") for line in first.splitlines())
-    )
     name = fields.get("model name", "unknown")
     numbers = (
         [f"family {fields['cpu family']} model {fields['model']}"]

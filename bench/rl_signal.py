@@ -13,9 +13,10 @@ Runs the first ``--per-shape`` tasks of each family and depth (hops, operations)
 samples a task, one batch) and prints a table: grounded success, the groups whose
 outcomes differ, the mean share of the expert's tool results a failed episode obtained
 (`rewards.progress`), and the groups whose rewards differ under rl's reward with
-``--progress-weight`` (default: rl.progress_weight). ``--max-turns`` gives deeper tasks the
-turns their chains need (compose at 4 hops and 4 operations: 9) where rl's budget is less. Simplification: one seed; a depth's figure
-is over its first tasks in file order, not a random draw.
+``--progress-weight`` (default: rl.progress_weight). ``--max-turns`` gives deeper tasks
+the turns their chains need (compose at 4 hops and 4 operations: 9) where rl's budget is
+less. Simplification: one seed; a depth's figure is over its first tasks in file order,
+not a random draw.
 """
 
 from __future__ import annotations
